@@ -1,0 +1,100 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+func init() {
+	caddy.RegisterModule(adminState{})
+}
+
+// adminState adds GET /llm_route/state to Caddy's admin API: per replica
+// the reservations held, the cooldown, the last engine metrics and their
+// age, and the residency index size. Tests and operators read leaks here.
+type adminState struct{}
+
+// CaddyModule returns the Caddy module information.
+func (adminState) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "admin.api.llm_route",
+		New: func() caddy.Module { return new(adminState) },
+	}
+}
+
+// Routes returns the admin routes.
+func (adminState) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{{
+		Pattern: "/llm_route/state",
+		Handler: caddy.AdminHandlerFunc(serveState),
+	}}
+}
+
+// ReplicaStatus is one replica's entry in /llm_route/state.
+type ReplicaStatus struct {
+	Addr          string            `json:"addr"`
+	InFlight      int               `json:"in_flight"`
+	Failures      int               `json:"consecutive_failures"`
+	Cooling       bool              `json:"cooling"`
+	CoolUntil     *time.Time        `json:"cooldown_until,omitempty"`
+	CoolReason    string            `json:"cooldown_reason,omitempty"`
+	NeedProbe     bool              `json:"needs_probe"`
+	Probing       bool              `json:"probe_in_flight"`
+	IndexEntries  int               `json:"index_entries"`
+	IndexCapacity int               `json:"index_capacity"`
+	Engine        *EngineLoadStatus `json:"engine,omitempty"`
+	Feedback      FeedbackStatus    `json:"feedback"`
+}
+
+// RouterState is the body of GET /llm_route/state.
+type RouterState struct {
+	Replicas      []ReplicaStatus `json:"replicas"`
+	TotalInFlight int             `json:"total_in_flight"`
+	Queued        int             `json:"queued"`
+}
+
+func serveState(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Message: "method not allowed"}
+	}
+	st := RouterState{Replicas: snapshotReplicas(), Queued: waiters.len()}
+	for _, s := range st.Replicas {
+		st.TotalInFlight += s.InFlight
+	}
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(st)
+}
+
+// snapshotReplicas returns every known replica's status, sorted by address.
+func snapshotReplicas() []ReplicaStatus {
+	now := time.Now()
+	var out []ReplicaStatus
+	replicas.Range(func(_, v any) bool {
+		s := v.(*replicaState)
+		s.mu.Lock()
+		rs := ReplicaStatus{
+			Addr: s.addr, InFlight: s.inFlight, Failures: s.failures,
+			Cooling: now.Before(s.coolUntil), CoolReason: s.coolReason,
+			NeedProbe: s.needProbe, Probing: s.probing,
+			Engine:   s.engine.status(now),
+			Feedback: s.feedback.status(),
+		}
+		if rs.Cooling {
+			t := s.coolUntil
+			rs.CoolUntil = &t
+		}
+		s.mu.Unlock()
+		rs.IndexEntries, rs.IndexCapacity = s.index.Len(), s.index.Capacity()
+		out = append(out, rs)
+		return true
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
+	return out
+}
+
+// Interface guards
+var _ caddy.AdminRouter = (*adminState)(nil)

@@ -1,0 +1,96 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// apiError is an error in the shape OpenAI-compatible clients parse:
+// {"error": {"message": ..., "type": ..., "param": null, "code": ...}}.
+type apiError struct {
+	status     int
+	typ        string
+	code       string
+	message    string
+	retryAfter time.Duration
+}
+
+// writeAPIError writes e as JSON. The message never contains request
+// content or credentials: callers pass fixed texts.
+func writeAPIError(w http.ResponseWriter, e apiError) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Del("Content-Length")
+	if e.retryAfter > 0 || e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable {
+		h.Set("Retry-After", retryAfterSeconds(e.retryAfter))
+	}
+	if e.status == http.StatusUnauthorized {
+		h.Set("WWW-Authenticate", `Bearer realm="llmroute"`)
+	}
+	w.WriteHeader(e.status)
+	body := struct {
+		Error struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    *string `json:"code"`
+		} `json:"error"`
+	}{}
+	body.Error.Message = e.message
+	body.Error.Type = e.typ
+	if e.code != "" {
+		body.Error.Code = &e.code
+	}
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// Errors llm_route answers itself.
+var (
+	errUnauthorized = apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
+		message: "Incorrect or missing API key. Pass it as 'Authorization: Bearer <key>'."}
+	errTooLarge = apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "request_too_large",
+		message: "Request body exceeds the configured limit."}
+	errMalformed = apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_json",
+		message: "Request body is not a valid JSON object."}
+	errNoModel = apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "missing_model",
+		message: "Request body must name a model: the 'model' field is missing or not a string."}
+	errContentType = apiError{status: http.StatusUnsupportedMediaType, typ: "invalid_request_error", code: "unsupported_media_type",
+		message: "Content-Type must be application/json."}
+	errBodyRead = apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "body_read_error",
+		message: "Could not read the request body."}
+)
+
+// rejectError is the answer for a request the policy refused.
+func rejectError(r rejectReason, retryAfter time.Duration) apiError {
+	switch r {
+	case rejectQueueFull:
+		return apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "queue_full", retryAfter: retryAfter,
+			message: "All replicas are busy and the wait queue is full; retry later."}
+	case rejectQueueWait:
+		return apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "queue_timeout", retryAfter: retryAfter,
+			message: "All replicas stayed busy for the whole queue timeout; retry later."}
+	case rejectNoReplicas:
+		return apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "no_replicas", retryAfter: retryAfter,
+			message: "No model replica is configured for this route."}
+	default:
+		return apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "no_healthy_replica", retryAfter: retryAfter,
+			message: "No healthy model replica is available; retry later."}
+	}
+}
+
+// upstreamError is the answer when reverse_proxy gave up with status.
+func upstreamError(status int, retryAfter time.Duration) apiError {
+	e := apiError{status: status, typ: "server_error", code: "upstream_error", retryAfter: retryAfter,
+		message: "The model replica could not serve the request."}
+	switch status {
+	case http.StatusTooManyRequests:
+		e.typ, e.code, e.message = "rate_limit_error", "upstream_rate_limited", "The model replicas are rate limiting; retry later."
+	case http.StatusServiceUnavailable:
+		e.code, e.message = "upstream_unavailable", "The model replicas are unavailable; retry later."
+	case http.StatusGatewayTimeout:
+		e.code, e.message = "upstream_timeout", "The model replica did not answer in time."
+	}
+	return e
+}

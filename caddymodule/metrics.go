@@ -1,0 +1,116 @@
+package caddymodule
+
+import (
+	"errors"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+const metricNS = "llmroute"
+
+// The router's metrics. They are package-level so that every config load
+// registers the same collectors in its own registry (Caddy serves the
+// registry of the running config at /metrics).
+var (
+	metricRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNS, Name: "requests_total",
+		Help: "Requests by strategy, replica and outcome.",
+	}, []string{"strategy", "replica", "outcome"})
+	metricRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNS, Name: "admission_rejected_total",
+		Help: "Requests refused by admission, by reason.",
+	}, []string{"reason"})
+	metricCooldowns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNS, Name: "cooldowns_total",
+		Help: "Cooldowns started, by replica and reason.",
+	}, []string{"replica", "reason"})
+	metricQueueDepth = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metricNS, Name: "queue_depth",
+		Help: "Requests waiting for a slot.",
+	})
+	metricQueueWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: metricNS, Name: "queue_wait_seconds",
+		Help:    "Time requests spent waiting for a slot.",
+		Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30},
+	})
+	metricDecision = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metricNS, Name: "decision_seconds",
+		Help:    "Time to choose and reserve a replica, by strategy.",
+		Buckets: []float64{.00001, .00005, .0001, .0005, .001, .005, .01},
+	}, []string{"strategy"})
+	metricTTFB = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: metricNS, Name: "time_to_first_byte_seconds",
+		Help:    "Time from request arrival to the first response byte relayed.",
+		Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+	})
+	metricPredictedTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNS, Name: "predicted_cached_tokens_total",
+		Help: "Prompt tokens the residency index predicted cached on the chosen replica.",
+	}, []string{"replica"})
+	metricReportedTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNS, Name: "reported_cached_tokens_total",
+		Help: "Prompt tokens the engine reported cached.",
+	}, []string{"replica"})
+	metricPromptTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNS, Name: "prompt_tokens_total",
+		Help: "Prompt tokens the engine reported, on responses that carried usage.",
+	}, []string{"replica"})
+	metricPredictions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNS, Name: "predictions_total",
+		Help: "Prefix predictions checked against the engine: hit (predicted and cached), miss (predicted, not cached), cold (not predicted).",
+	}, []string{"replica", "result"})
+	metricIndexPurges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNS, Name: "index_purges_total",
+		Help: "Residency index purges, by replica and reason.",
+	}, []string{"replica", "reason"})
+)
+
+// stateCollector reports the live per-replica state.
+type stateCollector struct{}
+
+var (
+	descInFlight = prometheus.NewDesc(metricNS+"_in_flight", "Reservations held per replica.", []string{"replica"}, nil)
+	descIndex    = prometheus.NewDesc(metricNS+"_index_entries", "Residency index entries per replica.", []string{"replica"}, nil)
+	descCooling  = prometheus.NewDesc(metricNS+"_cooling", "1 while the replica is cooling down.", []string{"replica"}, nil)
+)
+
+func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descInFlight
+	ch <- descIndex
+	ch <- descCooling
+}
+
+func (stateCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range snapshotReplicas() {
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), s.Addr)
+		ch <- prometheus.MustNewConstMetric(descIndex, prometheus.GaugeValue, float64(s.IndexEntries), s.Addr)
+		cool := 0.0
+		if s.Cooling {
+			cool = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descCooling, prometheus.GaugeValue, cool, s.Addr)
+	}
+}
+
+// registerMetrics registers the router's collectors in the config's
+// registry; the handler and the policy both call it, so the second
+// registration's AlreadyRegisteredError is expected.
+func registerMetrics(ctx caddy.Context) {
+	reg := ctx.GetMetricsRegistry()
+	if reg == nil {
+		return
+	}
+	for _, c := range []prometheus.Collector{
+		metricRequests, metricRejected, metricCooldowns, metricQueueDepth, metricQueueWait,
+		metricDecision, metricTTFB, metricPredictedTokens, metricReportedTokens, metricPromptTokens,
+		metricPredictions, metricIndexPurges, stateCollector{},
+	} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				caddy.Log().Named("llmroute").Warn("registering metric: " + err.Error())
+			}
+		}
+	}
+}

@@ -1,0 +1,211 @@
+package caddymodule
+
+import (
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/llmroute/caddy-llmroute/policies"
+)
+
+// replicas holds the per-replica state that must outlive a config reload:
+// in-flight reservations, cooldowns and the residency index. It is keyed by
+// the replica's dial address, never by *Upstream pointer, because dynamic
+// upstreams are new values on every attempt and a reload makes new ones too.
+var replicas = caddy.NewUsagePool()
+
+// defaultIndexBlocks is the residency index capacity used until the engine
+// reports its own cache size: 16k blocks of 128 bytes believe at most 2 MiB
+// of prompt text per replica, and cost about 1.6 MiB of router memory.
+const defaultIndexBlocks = 16384
+
+// replicaState is what llmroute knows of one replica. All fields are guarded
+// by mu except index (which has its own lock) and addr.
+type replicaState struct {
+	addr  string
+	index *policies.Index
+
+	mu sync.Mutex
+	// inFlight counts reservations held on this replica.
+	inFlight int
+	// failures counts consecutive failures; it drives the backoff.
+	failures int
+	// coolUntil is when the current cooldown ends.
+	coolUntil time.Time
+	// coolReason says why the replica is cooling (for state and metrics).
+	coolReason string
+	// needProbe is set by a failure: after the cooldown only one request
+	// (the probe) may go through until it succeeds.
+	needProbe bool
+	// probing is true while that probe is in flight.
+	probing bool
+	// wakeTimer wakes queued requests when the cooldown ends.
+	wakeTimer *time.Timer
+	// engine holds the last engine metrics scraped from the replica.
+	engine engineLoad
+	// feedback tracks the engine's reported cached tokens.
+	feedback feedbackState
+}
+
+// Destruct implements caddy.Destructor; it stops the cooldown timer.
+func (s *replicaState) Destruct() error {
+	s.mu.Lock()
+	if s.wakeTimer != nil {
+		s.wakeTimer.Stop()
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// acquireReplica returns the state for addr and takes one reference on it.
+func acquireReplica(addr string) *replicaState {
+	v, _, _ := replicas.LoadOrNew(addr, func() (caddy.Destructor, error) {
+		return &replicaState{addr: addr, index: policies.NewIndex(defaultIndexBlocks)}, nil
+	})
+	return v.(*replicaState)
+}
+
+// releaseReplica drops one reference on addr's state.
+func releaseReplica(addr string) { _, _ = replicas.Delete(addr) }
+
+// availability describes why a replica can or cannot take a request now.
+type availability int
+
+const (
+	availOK      availability = iota
+	availFull                 // at its in-flight cap
+	availCooling              // in cooldown, or its probe is in flight
+)
+
+// availableLocked reports whether the replica can take a request now.
+func (s *replicaState) availableLocked(now time.Time, limit int) availability {
+	if now.Before(s.coolUntil) || (s.needProbe && s.probing) {
+		return availCooling
+	}
+	if limit > 0 && s.inFlight >= limit {
+		return availFull
+	}
+	return availOK
+}
+
+// snapshot returns the fields a strategy needs, under the lock.
+func (s *replicaState) snapshot(now time.Time, limit int) (inFlight int, avail availability, coolLeft time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	avail = s.availableLocked(now, limit)
+	if now.Before(s.coolUntil) {
+		coolLeft = s.coolUntil.Sub(now)
+	}
+	return s.inFlight, avail, coolLeft
+}
+
+// tryReserve takes one in-flight slot if the replica is available and below
+// limit (0 = no limit). It is the only place a slot is taken, so that a cap
+// holds however many requests select at once.
+func (s *replicaState) tryReserve(now time.Time, limit int) (*reservation, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.availableLocked(now, limit) != availOK {
+		return nil, false
+	}
+	s.inFlight++
+	r := &reservation{replica: s}
+	if s.needProbe {
+		s.probing = true
+		r.probe = true
+	}
+	return r, true
+}
+
+// outcome is how one attempt on a replica ended.
+type outcome int
+
+const (
+	// outcomeSuccess: the replica answered and the answer was relayed whole.
+	outcomeSuccess outcome = iota
+	// outcomeNeutral: nothing learned about the replica (client went away,
+	// the request was bad, a 4xx answer).
+	outcomeNeutral
+	// outcomeFailure: the replica failed; it cools down.
+	outcomeFailure
+)
+
+// reservation is one in-flight slot on one replica. release runs at most
+// once, however many paths try to release it.
+type reservation struct {
+	replica *replicaState
+	probe   bool
+	once    sync.Once
+}
+
+// release frees the slot and records the attempt's outcome; failure
+// carries the reason and the replica's Retry-After (0 if none).
+func (r *reservation) release(o outcome, reason string, retryAfter time.Duration, cd cooldownConfig) {
+	r.once.Do(func() {
+		s := r.replica
+		s.mu.Lock()
+		s.inFlight--
+		if s.inFlight < 0 {
+			// Cannot happen: release runs once per reservation. Clamp so a
+			// bug shows in tests as a count mismatch, not a negative cap.
+			s.inFlight = 0
+		}
+		if r.probe {
+			s.probing = false
+		}
+		switch o {
+		case outcomeSuccess:
+			if !s.needProbe || r.probe {
+				s.failures = 0
+				s.needProbe = false
+				s.coolReason = ""
+			}
+		case outcomeFailure:
+			s.failLocked(time.Now(), reason, retryAfter, cd)
+		}
+		s.mu.Unlock()
+		waiters.wake(s.addr)
+	})
+}
+
+// cooldownConfig bounds the backoff of a failing replica.
+type cooldownConfig struct {
+	base, max time.Duration
+}
+
+// failLocked starts (or extends) a cooldown with capped exponential backoff,
+// honouring the replica's Retry-After up to the cap.
+func (s *replicaState) failLocked(now time.Time, reason string, retryAfter time.Duration, cd cooldownConfig) {
+	s.failures++
+	d := cd.base
+	for i := 1; i < s.failures && d < cd.max; i++ {
+		d *= 2
+	}
+	if retryAfter > d {
+		d = retryAfter
+	}
+	if d > cd.max {
+		d = cd.max
+	}
+	until := now.Add(d)
+	if until.After(s.coolUntil) {
+		s.coolUntil = until
+	}
+	s.coolReason = reason
+	s.needProbe = true
+	metricCooldowns.WithLabelValues(s.addr, reason).Inc()
+	// Queued requests wait on releases; a cooldown ending is a release too.
+	if s.wakeTimer != nil {
+		s.wakeTimer.Stop()
+	}
+	addr := s.addr
+	s.wakeTimer = time.AfterFunc(time.Until(s.coolUntil)+time.Millisecond, func() { waiters.wake(addr) })
+}
+
+// inFlightNow returns the replica's reservation count.
+func (s *replicaState) inFlightNow() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight
+}

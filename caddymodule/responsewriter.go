@@ -1,0 +1,91 @@
+package caddymodule
+
+import (
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// routeWriter watches the response reverse_proxy relays to the client:
+// whether and when the first byte left, with what status, and (through the
+// usage sniffer) the cached tokens the engine reported. It never buffers or
+// delays a write; Flush and Unwrap pass through so SSE is flushed as Caddy
+// decides.
+type routeWriter struct {
+	*caddyhttp.ResponseWriterWrapper
+	rc           *routeCtx
+	replicaHdr   string
+	status       int
+	wroteHeader  bool
+	bytes        int64
+	firstByteAt  time.Time
+	sniff        *usageSniffer
+	onFirstBytes func()
+}
+
+func (w *routeWriter) WriteHeader(status int) {
+	if w.wroteHeader {
+		w.ResponseWriterWrapper.WriteHeader(status)
+		return
+	}
+	if status >= 100 && status < 200 {
+		w.ResponseWriterWrapper.WriteHeader(status)
+		return
+	}
+	w.wroteHeader = true
+	w.status = status
+	if w.replicaHdr != "" {
+		w.rc.mu.Lock()
+		addr := w.rc.currentAddr
+		cur := w.rc.current != nil
+		w.rc.mu.Unlock()
+		if cur && addr != "" {
+			w.Header().Set(w.replicaHdr, addr)
+		}
+	}
+	if w.sniff != nil {
+		w.sniff.start(w.Header().Get("Content-Type"))
+	}
+	w.ResponseWriterWrapper.WriteHeader(status)
+}
+
+func (w *routeWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.firstByteAt.IsZero() && len(p) > 0 {
+		w.firstByteAt = time.Now()
+		if w.onFirstBytes != nil {
+			w.onFirstBytes()
+		}
+	}
+	out := p
+	if w.sniff != nil {
+		out = w.sniff.observe(p)
+		if len(out) == 0 && len(p) > 0 {
+			// The whole write was a usage chunk the client did not ask for.
+			return len(p), nil
+		}
+	}
+	n, err := w.ResponseWriterWrapper.Write(out)
+	w.bytes += int64(n)
+	if err == nil && n == len(out) {
+		n = len(p)
+	}
+	return n, err
+}
+
+// ReadFrom must go through Write so that nothing bypasses the watch.
+func (w *routeWriter) ReadFrom(r io.Reader) (int64, error) {
+	return io.Copy(writerOnly{w}, r)
+}
+
+type writerOnly struct{ io.Writer }
+
+// Interface guards
+var (
+	_ http.ResponseWriter = (*routeWriter)(nil)
+	_ io.ReaderFrom       = (*routeWriter)(nil)
+)

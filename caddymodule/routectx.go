@@ -1,0 +1,163 @@
+package caddymodule
+
+import (
+	"bytes"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/llmroute/caddy-llmroute/policies"
+)
+
+// routeVarKey is the caddyhttp var under which llm_route hands the routing
+// context to the selection policy (Select sees a request clone that shares
+// the context, so vars are the way through).
+const routeVarKey = "llmroute.route"
+
+// rejectReason says why the policy gave up on a request without an upstream.
+type rejectReason int
+
+const (
+	rejectNone       rejectReason = iota
+	rejectQueueFull               // bounded wait queue was full -> 429
+	rejectQueueWait               // waited past queue_timeout -> 429
+	rejectNoHealthy               // every replica is cooling or tried -> 503
+	rejectNoReplicas              // the pool is empty -> 503
+)
+
+func (r rejectReason) String() string {
+	switch r {
+	case rejectQueueFull:
+		return "queue_full"
+	case rejectQueueWait:
+		return "queue_timeout"
+	case rejectNoHealthy:
+		return "no_healthy_replica"
+	case rejectNoReplicas:
+		return "no_replicas"
+	}
+	return "none"
+}
+
+// routeCtx is one request's routing state, shared by the handler (which
+// creates it and releases it) and the policy (which reserves and records).
+type routeCtx struct {
+	req     *policies.Request
+	started time.Time
+
+	mu sync.Mutex
+	// current is the reservation of the attempt in progress, if any.
+	current *reservation
+	// currentAddr is the replica of the attempt in progress.
+	currentAddr string
+	// cd is the cooldown config of the policy that took current.
+	cd cooldownConfig
+	// failStatus lists the statuses the policy treats as replica failures.
+	failStatus map[int]bool
+	// tried lists the replicas this request has been sent to.
+	tried []string
+	// attempts counts upstream attempts.
+	attempts int
+	// predicted is the number of blocks the index believed resident on the
+	// chosen replica.
+	predicted int
+	// strategy names the strategy that decided.
+	strategy string
+	// indexMax is the policy's configured index capacity.
+	indexMax int
+	// reject is set when the policy gave up; retryAfter goes with it.
+	reject     rejectReason
+	retryAfter time.Duration
+	// released is set once the handler has released everything.
+	released bool
+}
+
+// getRouteCtx returns the routing context of r, or nil if llm_route did not
+// run before the policy.
+func getRouteCtx(r *http.Request) *routeCtx {
+	v, _ := caddyhttp.GetVar(r.Context(), routeVarKey).(*routeCtx)
+	return v
+}
+
+func (rc *routeCtx) wasTried(addr string) bool {
+	for _, a := range rc.tried {
+		if a == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// attach records a new attempt's reservation. It refuses (and releases the
+// reservation) when the handler already finished, which can happen only if
+// Select races the end of the request.
+func (rc *routeCtx) attach(res *reservation, addr string, cd cooldownConfig, fail map[int]bool, predicted int, strategy string, indexMax int) bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.released {
+		res.release(outcomeNeutral, "", 0, cd)
+		return false
+	}
+	rc.current, rc.currentAddr, rc.cd, rc.failStatus = res, addr, cd, fail
+	rc.tried = append(rc.tried, addr)
+	rc.attempts++
+	rc.predicted = predicted
+	rc.strategy = strategy
+	rc.indexMax = indexMax
+	return true
+}
+
+// endAttempt releases the attempt in progress with the given outcome and
+// returns the replica it was on ("" if none).
+func (rc *routeCtx) endAttempt(o outcome, reason string, retryAfter time.Duration) string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.current == nil {
+		return ""
+	}
+	rc.current.release(o, reason, retryAfter, rc.cd)
+	rc.current = nil
+	return rc.currentAddr
+}
+
+// finish releases whatever is still held; the handler calls it once, from a
+// defer, so that it runs on success, error, abort panic and disconnect.
+func (rc *routeCtx) finish(o outcome, reason string, retryAfter time.Duration) {
+	rc.mu.Lock()
+	cur, cd := rc.current, rc.cd
+	rc.current = nil
+	rc.released = true
+	rc.mu.Unlock()
+	if cur != nil {
+		cur.release(o, reason, retryAfter, cd)
+	}
+}
+
+// replayBody is the request body handed to reverse_proxy. Closing it rewinds
+// it, so that a retry after the transport read and closed the body sends the
+// whole body again without request_buffers. A mutex guards against the
+// transport's writer goroutine closing it while a read is in flight.
+type replayBody struct {
+	mu sync.Mutex
+	r  *bytes.Reader
+	b  []byte
+}
+
+func newReplayBody(b []byte) *replayBody {
+	return &replayBody{r: bytes.NewReader(b), b: b}
+}
+
+func (rb *replayBody) Read(p []byte) (int, error) {
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	return rb.r.Read(p)
+}
+
+func (rb *replayBody) Close() error {
+	rb.mu.Lock()
+	rb.r.Reset(rb.b)
+	rb.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,541 @@
+package caddymodule
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
+
+	"github.com/llmroute/caddy-llmroute/policies"
+)
+
+func init() {
+	caddy.RegisterModule(new(LLMSelection))
+}
+
+// LLMSelection is the `llm` load-balancing policy of reverse_proxy. It picks
+// a replica with one of llmroute's strategies, reserves an in-flight slot on
+// it atomically, skips replicas that are cooling down or that this request
+// already tried, and, when every replica is full, waits in a bounded FIFO
+// queue woken by released slots. Use it behind the llm_route handler, which
+// parses the request and releases the reservation however the response ends.
+type LLMSelection struct {
+	// Strategy is one of round_robin, prefix_affinity, least_load or
+	// prefix_load (the default): the longest believed-resident prefix,
+	// bounded by load, with a deterministic rendezvous home for cold prefixes.
+	Strategy string `json:"strategy,omitempty"`
+
+	// MaxInFlight caps the requests this router keeps in flight on each
+	// replica. When every replica is at its cap, requests queue. Default 32;
+	// an upstream's own max_requests, when lower, wins.
+	MaxInFlight int `json:"max_in_flight,omitempty"`
+
+	// QueueSize bounds how many requests may wait for a slot. A request that
+	// finds the queue full gets 429 with Retry-After. Default 256.
+	QueueSize int `json:"queue_size,omitempty"`
+
+	// QueueTimeout is how long a request waits for a slot before it gets 429
+	// with Retry-After. Default 30s.
+	QueueTimeout caddy.Duration `json:"queue_timeout,omitempty"`
+
+	// CooldownBase is the first cooldown of a failing replica; each further
+	// consecutive failure doubles it up to CooldownMax. After a cooldown one
+	// probe request is let through before the replica is trusted again.
+	// Default 1s.
+	CooldownBase caddy.Duration `json:"cooldown_base,omitempty"`
+
+	// CooldownMax caps the cooldown, including one asked for by a replica's
+	// Retry-After header. Default 30s.
+	CooldownMax caddy.Duration `json:"cooldown_max,omitempty"`
+
+	// FailStatus lists the upstream status codes, besides 429 and 503 (which
+	// always count), that put a replica in cooldown. Default [500, 502, 504].
+	FailStatus []int `json:"fail_status,omitempty"`
+
+	// BalanceFactor is prefix_load's load bound: a replica stays a candidate
+	// while its load+1 is at most BalanceFactor times the mean load (+1)
+	// plus LoadSlack. 1.25 is HAProxy's hash-balance-factor 125. Default 1.25.
+	BalanceFactor float64 `json:"balance_factor,omitempty"`
+
+	// LoadSlack is the absolute slack, in requests, added to the load bound
+	// so that a prefix group is not split while the replicas are nearly
+	// idle. Default 2.
+	LoadSlack int `json:"load_slack,omitempty"`
+
+	// IndexBlocks is the capacity, in 128-byte blocks, of each replica's
+	// residency index until the engine reports its cache size. Default 16384.
+	IndexBlocks int `json:"index_blocks,omitempty"`
+
+	// Seed makes the strategies' random tie-breaks reproducible. Default 0.
+	Seed uint64 `json:"seed,omitempty"`
+
+	// EngineMetrics, when set, scrapes each replica's Prometheus metrics
+	// (vLLM, SGLang or llama.cpp names) and feeds queue length and cache
+	// size to the strategies. Missing or stale metrics mean unknown load.
+	EngineMetrics *EngineMetricsConfig `json:"engine_metrics,omitempty"`
+
+	strategy   policies.Strategy
+	cd         cooldownConfig
+	failStatus map[int]bool
+	queued     atomic.Int64
+	logger     *zap.Logger
+	warnOnce   sync.Once
+	scraper    *scraper
+
+	// states holds this policy's reference on each replica state it has
+	// seen, keyed by dial address.
+	states sync.Map // string -> *replicaState
+}
+
+// CaddyModule returns the Caddy module information.
+func (*LLMSelection) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.reverse_proxy.selection_policies.llm",
+		New: func() caddy.Module { return new(LLMSelection) },
+	}
+}
+
+// Provision sets defaults and builds the strategy.
+func (p *LLMSelection) Provision(ctx caddy.Context) error {
+	p.logger = ctx.Logger()
+	if p.Strategy == "" {
+		p.Strategy = "prefix_load"
+	}
+	if p.MaxInFlight == 0 {
+		p.MaxInFlight = 32
+	}
+	if p.QueueSize == 0 {
+		p.QueueSize = 256
+	}
+	if p.QueueTimeout == 0 {
+		p.QueueTimeout = caddy.Duration(30 * time.Second)
+	}
+	if p.CooldownBase == 0 {
+		p.CooldownBase = caddy.Duration(time.Second)
+	}
+	if p.CooldownMax == 0 {
+		p.CooldownMax = caddy.Duration(30 * time.Second)
+	}
+	if p.FailStatus == nil {
+		p.FailStatus = []int{500, 502, 504}
+	}
+	if p.BalanceFactor == 0 {
+		p.BalanceFactor = 1.25
+	}
+	if p.LoadSlack == 0 {
+		p.LoadSlack = 2
+	}
+	if p.IndexBlocks == 0 {
+		p.IndexBlocks = defaultIndexBlocks
+	}
+	p.cd = cooldownConfig{base: time.Duration(p.CooldownBase), max: time.Duration(p.CooldownMax)}
+	p.failStatus = map[int]bool{429: true, 503: true}
+	for _, s := range p.FailStatus {
+		p.failStatus[s] = true
+	}
+	var err error
+	p.strategy, err = policies.NewStrategy(p.Strategy, policies.Options{
+		Seed:          p.Seed,
+		BalanceFactor: p.BalanceFactor,
+		LoadSlack:     p.LoadSlack,
+	})
+	if err != nil {
+		return err
+	}
+	registerMetrics(ctx)
+	if p.EngineMetrics != nil {
+		p.scraper = newScraper(*p.EngineMetrics, p.logger)
+	}
+	// A reload may have raised a cap: let queued requests look again.
+	waiters.wakeAll()
+	return nil
+}
+
+// Validate checks the configuration.
+func (p *LLMSelection) Validate() error {
+	if p.MaxInFlight < 0 {
+		return fmt.Errorf("max_in_flight must be >= 0, got %d", p.MaxInFlight)
+	}
+	if p.QueueSize < 0 {
+		return fmt.Errorf("queue_size must be >= 0, got %d", p.QueueSize)
+	}
+	if p.CooldownBase < 0 || p.CooldownMax < p.CooldownBase {
+		return fmt.Errorf("cooldown must satisfy 0 <= base <= max")
+	}
+	if p.BalanceFactor < 1 {
+		return fmt.Errorf("balance_factor must be >= 1, got %v", p.BalanceFactor)
+	}
+	if p.EngineMetrics != nil {
+		return p.EngineMetrics.validate()
+	}
+	return nil
+}
+
+// Cleanup drops this policy's references on replica state. It waits a grace
+// period first: a reload's new config takes its own references as it sees
+// traffic, and state (index, cooldowns) survives when it does so in time.
+// Live requests hold their replica state by pointer, so releasing is safe
+// while they stream.
+func (p *LLMSelection) Cleanup() error {
+	if p.scraper != nil {
+		p.scraper.stop()
+	}
+	var addrs []string
+	p.states.Range(func(k, _ any) bool {
+		addrs = append(addrs, k.(string))
+		return true
+	})
+	time.AfterFunc(stateGracePeriod, func() {
+		for _, a := range addrs {
+			releaseReplica(a)
+		}
+	})
+	return nil
+}
+
+// stateGracePeriod is how long replica state outlives the last config that
+// referenced it.
+var stateGracePeriod = 2 * time.Minute
+
+// state returns this policy's replica state for addr, taking the policy's
+// reference the first time the address is seen.
+func (p *LLMSelection) state(addr string) *replicaState {
+	if v, ok := p.states.Load(addr); ok {
+		return v.(*replicaState)
+	}
+	st := acquireReplica(addr)
+	if v, loaded := p.states.LoadOrStore(addr, st); loaded {
+		releaseReplica(addr)
+		return v.(*replicaState)
+	}
+	if st.index.Capacity() != p.IndexBlocks && !st.feedback.engineSized {
+		st.index.SetCapacity(p.IndexBlocks)
+	}
+	if p.scraper != nil {
+		p.scraper.watch(st)
+	}
+	return st
+}
+
+// Select picks a replica for r and reserves a slot on it. It returns nil
+// when the request must be refused; the reason is left in the routing
+// context for llm_route to turn into a 429 or 503.
+func (p *LLMSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _ http.ResponseWriter) *reverseproxy.Upstream {
+	start := time.Now()
+	rc := getRouteCtx(r)
+	if rc == nil {
+		p.warnOnce.Do(func() {
+			p.logger.Warn("lb_policy llm used without the llm_route handler: no prefix keys, no reservations, no queue")
+		})
+		return p.selectUntracked(pool)
+	}
+	rc.mu.Lock()
+	retry := rc.current != nil
+	rejected := rc.reject != rejectNone
+	rc.mu.Unlock()
+	if retry {
+		// Select runs again only when the attempt in progress failed before
+		// anything reached the client: learn from it, then move on.
+		o, reason, ra := previousAttempt(r, p.failStatus)
+		rc.endAttempt(o, reason, ra)
+	}
+	if rejected {
+		return nil
+	}
+	if len(pool) == 0 {
+		rc.setReject(rejectNoReplicas, time.Second)
+		return nil
+	}
+	var keys policies.Keys
+	if rc.req != nil {
+		keys = rc.req.Keys
+	}
+
+	up, res := p.trySelect(pool, r, rc, keys, start)
+	if up != nil {
+		return up
+	}
+	if res.cooling == res.total {
+		rc.setReject(rejectNoHealthy, res.minCool)
+		metricRejected.WithLabelValues(rejectNoHealthy.String()).Inc()
+		return nil
+	}
+
+	// Every usable replica is full: wait for a slot, in FIFO order.
+	if p.queued.Add(1) > int64(p.QueueSize) {
+		p.queued.Add(-1)
+		rc.setReject(rejectQueueFull, time.Second)
+		metricRejected.WithLabelValues(rejectQueueFull.String()).Inc()
+		return nil
+	}
+	defer p.queued.Add(-1)
+	metricQueueDepth.Inc()
+	defer metricQueueDepth.Dec()
+	addrs := make(map[string]struct{}, len(pool))
+	for _, u := range pool {
+		addrs[u.String()] = struct{}{}
+	}
+	w := waiters.add(addrs)
+	defer waiters.remove(w)
+	timer := time.NewTimer(time.Duration(p.QueueTimeout))
+	defer timer.Stop()
+	waitStart := time.Now()
+	defer func() { metricQueueWait.Observe(time.Since(waitStart).Seconds()) }()
+	for {
+		up, res = p.trySelect(pool, r, rc, keys, start)
+		if up != nil {
+			return up
+		}
+		if res.cooling == res.total {
+			rc.setReject(rejectNoHealthy, res.minCool)
+			metricRejected.WithLabelValues(rejectNoHealthy.String()).Inc()
+			return nil
+		}
+		select {
+		case <-w.ch:
+		case <-timer.C:
+			rc.setReject(rejectQueueWait, time.Second)
+			metricRejected.WithLabelValues(rejectQueueWait.String()).Inc()
+			return nil
+		case <-r.Context().Done():
+			return nil
+		}
+	}
+}
+
+// selectResult summarises a failed selection.
+type selectResult struct {
+	total, cooling int
+	minCool        time.Duration
+}
+
+// trySelect builds the replicas' view, asks the strategy, and reserves a
+// slot on its pick. A lost race for the last slot makes it ask again
+// without that replica, at most once per replica.
+func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request, rc *routeCtx, keys policies.Keys, start time.Time) (*reverseproxy.Upstream, selectResult) {
+	now := time.Now()
+	var buf [16]policies.Replica
+	view := buf[:0]
+	var sbuf [16]*replicaState
+	states := sbuf[:0]
+	var res selectResult
+	res.total = len(pool)
+	for _, u := range pool {
+		addr := u.String()
+		st := p.state(addr)
+		limit := p.MaxInFlight
+		if u.MaxRequests > 0 && (limit == 0 || u.MaxRequests < limit) {
+			limit = u.MaxRequests
+		}
+		inFlight, avail, coolLeft := st.snapshot(now, limit)
+		unavailable := avail == availCooling || !u.Healthy() || rc.wasTried(addr)
+		if unavailable {
+			res.cooling++
+			if coolLeft > 0 && (res.minCool == 0 || coolLeft < res.minCool) {
+				res.minCool = coolLeft
+			}
+		}
+		waiting, running, kv := st.engineView(now)
+		view = append(view, policies.Replica{
+			Addr:          addr,
+			InFlight:      inFlight,
+			Cap:           limit,
+			Unavailable:   unavailable,
+			EngineWaiting: waiting,
+			EngineRunning: running,
+			KVUsage:       kv,
+			Index:         st.index,
+		})
+		if avail == availFull {
+			// Full is expressed through InFlight >= Cap so strategies see it.
+			view[len(view)-1].InFlight = max(inFlight, limit)
+		}
+		states = append(states, st)
+	}
+	for range len(view) {
+		i := p.strategy.Pick(keys, view)
+		if i < 0 {
+			break
+		}
+		st := states[i]
+		resv, ok := st.tryReserve(now, view[i].Cap)
+		if !ok {
+			view[i].Unavailable = true
+			continue
+		}
+		predicted := st.index.Match(keys.Blocks)
+		if !rc.attach(resv, view[i].Addr, p.cd, p.failStatus, predicted, p.strategy.Name(), p.IndexBlocks) {
+			return nil, res
+		}
+		if len(keys.Blocks) > 0 {
+			// Optimistic: the replica will cache what we send it. Feedback
+			// from the engine's cached-token counts corrects this belief.
+			st.index.Insert(keys.Blocks)
+		}
+		clearAttemptPlaceholders(r)
+		metricDecision.WithLabelValues(p.strategy.Name()).Observe(time.Since(start).Seconds())
+		return pool[i], res
+	}
+	return nil, res
+}
+
+// selectUntracked serves requests that did not pass through llm_route: it
+// picks by strategy with Caddy's own request counts and reserves nothing.
+func (p *LLMSelection) selectUntracked(pool reverseproxy.UpstreamPool) *reverseproxy.Upstream {
+	view := make([]policies.Replica, len(pool))
+	for i, u := range pool {
+		view[i] = policies.Replica{
+			Addr: u.String(), InFlight: u.NumRequests(), Cap: u.MaxRequests,
+			Unavailable: !u.Healthy(), EngineWaiting: -1, EngineRunning: -1, KVUsage: -1,
+		}
+	}
+	if i := p.strategy.Pick(policies.Keys{}, view); i >= 0 {
+		return pool[i]
+	}
+	return nil
+}
+
+func (rc *routeCtx) setReject(r rejectReason, retryAfter time.Duration) {
+	rc.mu.Lock()
+	rc.reject, rc.retryAfter = r, retryAfter
+	rc.mu.Unlock()
+}
+
+// UnmarshalCaddyfile sets up the policy from Caddyfile tokens:
+//
+//	lb_policy llm [<strategy>] {
+//		strategy        round_robin|prefix_affinity|least_load|prefix_load
+//		max_in_flight   <n>
+//		queue_size      <n>
+//		queue_timeout   <duration>
+//		cooldown        <base> [<max>]
+//		fail_status     <code...>
+//		balance_factor  <float>
+//		load_slack      <n>
+//		index_blocks    <n>
+//		seed            <n>
+//		engine_metrics  [<path>] {
+//			interval <duration>
+//			timeout  <duration>
+//			stale_after <duration>
+//		}
+//	}
+func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // consume policy name
+	if d.NextArg() {
+		p.Strategy = d.Val()
+	}
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		switch d.Val() {
+		case "strategy":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			p.Strategy = d.Val()
+		case "max_in_flight", "queue_size", "load_slack", "index_blocks":
+			name := d.Val()
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			n, err := strconv.Atoi(d.Val())
+			if err != nil {
+				return d.Errf("%s: %v", name, err)
+			}
+			switch name {
+			case "max_in_flight":
+				p.MaxInFlight = n
+			case "queue_size":
+				p.QueueSize = n
+			case "load_slack":
+				p.LoadSlack = n
+			case "index_blocks":
+				p.IndexBlocks = n
+			}
+		case "queue_timeout":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			dur, err := caddy.ParseDuration(d.Val())
+			if err != nil {
+				return d.Errf("queue_timeout: %v", err)
+			}
+			p.QueueTimeout = caddy.Duration(dur)
+		case "cooldown":
+			args := d.RemainingArgs()
+			if len(args) < 1 || len(args) > 2 {
+				return d.ArgErr()
+			}
+			base, err := caddy.ParseDuration(args[0])
+			if err != nil {
+				return d.Errf("cooldown: %v", err)
+			}
+			p.CooldownBase = caddy.Duration(base)
+			if len(args) == 2 {
+				m, err := caddy.ParseDuration(args[1])
+				if err != nil {
+					return d.Errf("cooldown: %v", err)
+				}
+				p.CooldownMax = caddy.Duration(m)
+			}
+		case "fail_status":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			p.FailStatus = p.FailStatus[:0]
+			for _, a := range args {
+				n, err := strconv.Atoi(a)
+				if err != nil || n < 100 || n > 599 {
+					return d.Errf("fail_status: bad status code %q", a)
+				}
+				p.FailStatus = append(p.FailStatus, n)
+			}
+		case "balance_factor":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			f, err := strconv.ParseFloat(d.Val(), 64)
+			if err != nil {
+				return d.Errf("balance_factor: %v", err)
+			}
+			p.BalanceFactor = f
+		case "seed":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			n, err := strconv.ParseUint(d.Val(), 10, 64)
+			if err != nil {
+				return d.Errf("seed: %v", err)
+			}
+			p.Seed = n
+		case "engine_metrics":
+			cfg, err := parseEngineMetrics(d)
+			if err != nil {
+				return err
+			}
+			p.EngineMetrics = cfg
+		default:
+			return d.Errf("unrecognized llm policy option %q", d.Val())
+		}
+	}
+	return nil
+}
+
+// Interface guards
+var (
+	_ reverseproxy.Selector = (*LLMSelection)(nil)
+	_ caddy.Provisioner     = (*LLMSelection)(nil)
+	_ caddy.Validator       = (*LLMSelection)(nil)
+	_ caddy.CleanerUpper    = (*LLMSelection)(nil)
+	_ caddyfile.Unmarshaler = (*LLMSelection)(nil)
+)

@@ -1,0 +1,181 @@
+package caddymodule
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+)
+
+// maxSniffJSON bounds how much of a non-streamed body is copied to read its
+// usage; larger bodies are relayed without feedback.
+const maxSniffJSON = 1 << 20
+
+// maxSniffLine bounds one SSE line held for inspection.
+const maxSniffLine = 256 << 10
+
+// usageSniffer reads the usage an engine reports as the response streams by:
+// usage.prompt_tokens_details.cached_tokens (OpenAI, vLLM, SGLang) or
+// llama.cpp's timings.cache_n / tokens_cached. It relays every complete SSE
+// line at once; only when strip is set (llm_route asked the engine for a
+// usage chunk the client did not want) does it hold a partial line until
+// its end, so that the usage-only chunk can be left out.
+type usageSniffer struct {
+	strip bool
+
+	sse     bool
+	json    bool
+	line    []byte
+	body    []byte
+	dropped bool // the last line was dropped, so drop the blank line after it
+
+	found        bool
+	cached       int
+	promptTokens int
+	finished     bool // saw a finish_reason or [DONE]
+}
+
+func (s *usageSniffer) start(contentType string) {
+	ct := strings.ToLower(contentType)
+	s.sse = strings.HasPrefix(ct, "text/event-stream")
+	s.json = !s.sse && strings.HasPrefix(ct, "application/json")
+	if !s.sse {
+		s.strip = false
+	}
+}
+
+// observe inspects p and returns the bytes to send to the client: p itself
+// unless a usage chunk must be stripped.
+func (s *usageSniffer) observe(p []byte) []byte {
+	switch {
+	case s.json:
+		if len(s.body)+len(p) <= maxSniffJSON {
+			s.body = append(s.body, p...)
+		} else {
+			s.json = false
+			s.body = nil
+		}
+		return p
+	case !s.sse:
+		return p
+	}
+	if !s.strip {
+		s.scanLines(p, nil)
+		return p
+	}
+	var out []byte
+	out = s.scanLines(p, out[:0:0])
+	return out
+}
+
+// scanLines splits p into lines, inspects each complete one and, when out
+// is non-nil, appends the lines to keep.
+func (s *usageSniffer) scanLines(p []byte, out []byte) []byte {
+	keep := out != nil || s.strip
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if len(s.line)+len(p) <= maxSniffLine {
+				s.line = append(s.line, p...)
+			} else if keep {
+				// An oversized line cannot be a usage chunk: relay it.
+				out = append(out, s.line...)
+				out = append(out, p...)
+				s.line = s.line[:0]
+			}
+			return out
+		}
+		var line []byte
+		if len(s.line) > 0 {
+			s.line = append(s.line, p[:i+1]...)
+			line = s.line
+		} else {
+			line = p[:i+1]
+		}
+		drop := s.inspect(line)
+		if keep && !drop {
+			out = append(out, line...)
+		}
+		s.line = s.line[:0]
+		p = p[i+1:]
+	}
+	return out
+}
+
+// inspect reads one SSE line and reports whether to drop it.
+func (s *usageSniffer) inspect(line []byte) bool {
+	t := bytes.TrimRight(line, "\r\n")
+	if len(t) == 0 {
+		d := s.dropped
+		s.dropped = false
+		return d && s.strip
+	}
+	s.dropped = false
+	data, ok := bytes.CutPrefix(t, []byte("data:"))
+	if !ok {
+		return false
+	}
+	data = bytes.TrimSpace(data)
+	if bytes.Equal(data, []byte("[DONE]")) {
+		s.finished = true
+		return false
+	}
+	if bytes.Contains(data, []byte(`"finish_reason":"`)) || bytes.Contains(data, []byte(`"finish_reason": "`)) {
+		s.finished = true
+	}
+	if !bytes.Contains(data, []byte(`"usage"`)) && !bytes.Contains(data, []byte(`"timings"`)) && !bytes.Contains(data, []byte(`"tokens_cached"`)) {
+		return false
+	}
+	usageOnly := s.read(data)
+	if s.strip && usageOnly {
+		s.dropped = true
+		return true
+	}
+	return false
+}
+
+// usageDoc is the part of a response or chunk that carries usage.
+type usageDoc struct {
+	Choices *[]json.RawMessage `json:"choices"`
+	Usage   *struct {
+		PromptTokens        int `json:"prompt_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+	Timings *struct {
+		CacheN  *int `json:"cache_n"`
+		PromptN int  `json:"prompt_n"`
+	} `json:"timings"`
+	TokensCached *int `json:"tokens_cached"`
+	TokensEval   int  `json:"tokens_evaluated"`
+}
+
+// read records the usage in doc and reports whether doc is a usage-only
+// chunk (no choices).
+func (s *usageSniffer) read(doc []byte) bool {
+	var u usageDoc
+	if json.Unmarshal(doc, &u) != nil {
+		return false
+	}
+	switch {
+	case u.Usage != nil && u.Usage.PromptTokensDetails != nil:
+		s.found, s.cached, s.promptTokens = true, u.Usage.PromptTokensDetails.CachedTokens, u.Usage.PromptTokens
+	case u.Timings != nil && u.Timings.CacheN != nil:
+		s.found, s.cached, s.promptTokens = true, *u.Timings.CacheN, *u.Timings.CacheN+u.Timings.PromptN
+	case u.TokensCached != nil:
+		s.found, s.cached, s.promptTokens = true, *u.TokensCached, u.TokensEval
+	case u.Usage != nil && u.Usage.PromptTokens > 0:
+		// Usage without details: the engine does not report cached tokens.
+		s.promptTokens = u.Usage.PromptTokens
+	}
+	return u.Usage != nil && (u.Choices == nil || len(*u.Choices) == 0)
+}
+
+// finish parses a buffered non-streamed body.
+func (s *usageSniffer) finish() {
+	if s.json && len(s.body) > 0 {
+		s.read(s.body)
+		s.finished = true
+		s.body = nil
+	}
+}

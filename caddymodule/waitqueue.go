@@ -1,0 +1,108 @@
+package caddymodule
+
+import (
+	"container/list"
+	"sync"
+)
+
+// waiters is the package-level FIFO of requests waiting for a slot. It lives
+// at package level, like the replica states, so that a slot released by a
+// request admitted under an old config wakes a request queued under the new
+// one.
+var waiters = &waitList{}
+
+// waitList is a FIFO of waiting requests, woken in order when a slot is
+// released or a cooldown ends. It does not poll: a waiter sleeps on its own
+// channel until wake signals it, its deadline passes or its client leaves.
+type waitList struct {
+	mu sync.Mutex
+	l  list.List
+}
+
+// waiter is one queued request. ch has room for one pending signal; addrs
+// lists the replicas the request may use (nil means any).
+type waiter struct {
+	ch    chan struct{}
+	addrs map[string]struct{}
+	elem  *list.Element
+}
+
+func (w *waiter) accepts(addr string) bool {
+	if w.addrs == nil {
+		return true
+	}
+	_, ok := w.addrs[addr]
+	return ok
+}
+
+// add appends a waiter for the given replicas to the queue.
+func (wl *waitList) add(addrs map[string]struct{}) *waiter {
+	w := &waiter{ch: make(chan struct{}, 1), addrs: addrs}
+	wl.mu.Lock()
+	w.elem = wl.l.PushBack(w)
+	wl.mu.Unlock()
+	return w
+}
+
+// remove takes w out of the queue. A signal that arrived after w last woke
+// is passed on to the next waiter, so that no released slot is left unclaimed.
+func (wl *waitList) remove(w *waiter) {
+	wl.mu.Lock()
+	if w.elem != nil {
+		wl.l.Remove(w.elem)
+		w.elem = nil
+	}
+	wl.mu.Unlock()
+	pending := false
+	select {
+	case <-w.ch:
+		pending = true
+	default:
+	}
+	if pending {
+		for addr := range w.addrs {
+			wl.wake(addr)
+		}
+		if w.addrs == nil {
+			wl.wake("")
+		}
+	}
+}
+
+// wake signals the first waiter that may use addr and has no signal pending
+// (an empty addr matches every waiter).
+func (wl *waitList) wake(addr string) {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	for e := wl.l.Front(); e != nil; e = e.Next() {
+		w := e.Value.(*waiter)
+		if addr != "" && !w.accepts(addr) {
+			continue
+		}
+		select {
+		case w.ch <- struct{}{}:
+			return
+		default:
+			// already signalled and not yet awake: try the next one
+		}
+	}
+}
+
+// wakeAll signals every waiter, e.g. after a reload raised a cap.
+func (wl *waitList) wakeAll() {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	for e := wl.l.Front(); e != nil; e = e.Next() {
+		select {
+		case e.Value.(*waiter).ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// len returns the number of queued requests.
+func (wl *waitList) len() int {
+	wl.mu.Lock()
+	defer wl.mu.Unlock()
+	return wl.l.Len()
+}

@@ -1,0 +1,103 @@
+package policies
+
+import (
+	"encoding/binary"
+	"strings"
+	"testing"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestChainFormula recomputes a chain by hand: block i hashes the previous
+// hash (little endian; the leading key for block 0) followed by the block.
+func TestChainFormula(t *testing.T) {
+	p := strings.Repeat("abcdefghij", 30) // 300 bytes: two full blocks of 128
+	req := mustParse(t, "/v1/completions", `{"model":"m","prompt":"`+p+`"}`, ParseConfig{Deployment: "d"})
+	require.Len(t, req.Keys.Blocks, 2)
+	prev := req.Keys.Leading
+	for i := 0; i < 2; i++ {
+		b := binary.LittleEndian.AppendUint64(nil, prev)
+		b = append(b, p[i*128:(i+1)*128]...)
+		prev = xxhash.Sum64(b)
+		assert.Equal(t, prev, req.Keys.Blocks[i], "block %d", i)
+	}
+	assert.Equal(t, 300, req.PromptBytes)
+}
+
+func TestChainSharedConversationPrefix(t *testing.T) {
+	const chat = "/v1/chat/completions"
+	sys := strings.Repeat("You are a helpful assistant. ", 20)
+	turn1 := mustParse(t, chat, chatBodyOf(t, "", "system", sys, "user", "What is the capital of France?"), ParseConfig{})
+	turn2 := mustParse(t, chat, chatBodyOf(t, "", "system", sys, "user", "What is the capital of France?",
+		"assistant", "Paris.", "user", "And of Germany? "+strings.Repeat("Please explain. ", 20)), ParseConfig{})
+	other := mustParse(t, chat, chatBodyOf(t, "", "system", sys, "user", "Tell me a joke about compilers, please."), ParseConfig{})
+
+	require.NotEmpty(t, turn1.Keys.Blocks)
+	require.Greater(t, len(turn2.Keys.Blocks), len(turn1.Keys.Blocks))
+	assert.Equal(t, turn1.Keys.Blocks, turn2.Keys.Blocks[:len(turn1.Keys.Blocks)],
+		"a later turn extends the earlier turn's chain")
+	assert.Equal(t, turn1.Keys.Leading, other.Keys.Leading, "same system prompt, same leading key")
+	shared := 0
+	for shared < len(other.Keys.Blocks) && other.Keys.Blocks[shared] == turn1.Keys.Blocks[shared] {
+		shared++
+	}
+	// The system prompt renders to len(sys)+19 bytes: its full blocks are shared.
+	assert.Equal(t, (len(sys)+len("<|system|>\n")+len(endTag))/DefaultBlockSize, shared)
+}
+
+func TestChainIsolation(t *testing.T) {
+	const chat = "/v1/chat/completions"
+	body := func(extra, model string) string {
+		return `{"model":"` + model + `"` + extra + `,"messages":[{"role":"user","content":"` + strings.Repeat("same words ", 100) + `"}]}`
+	}
+	base := mustParse(t, chat, body("", "m"), ParseConfig{Deployment: "d"})
+	tests := []struct {
+		name string
+		req  *Request
+	}{
+		{"other deployment", mustParse(t, chat, body("", "m"), ParseConfig{Deployment: "d2"})},
+		{"other model", mustParse(t, chat, body("", "m2"), ParseConfig{Deployment: "d"})},
+		{"cache salt", mustParse(t, chat, body(`,"cache_salt":"tenant-a"`, "m"), ParseConfig{Deployment: "d"})},
+		{"tools", mustParse(t, chat, body(`,"tools":[]`, "m"), ParseConfig{Deployment: "d"})},
+	}
+	seen := map[uint64]bool{}
+	for _, b := range base.Keys.Blocks {
+		seen[b] = true
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Len(t, tt.req.Keys.Blocks, len(base.Keys.Blocks))
+			assert.NotEqual(t, base.Keys.Leading, tt.req.Keys.Leading)
+			for i, b := range tt.req.Keys.Blocks {
+				assert.False(t, seen[b], "block %d shared", i)
+			}
+		})
+	}
+}
+
+func TestChainCapAndPartialBlock(t *testing.T) {
+	cfg := ParseConfig{BlockSize: 16, MaxBlocks: 4}
+	long := mustParse(t, "/v1/completions", `{"model":"m","prompt":"`+strings.Repeat("x", 1000)+`"}`, cfg)
+	assert.Len(t, long.Keys.Blocks, 4, "cap respected")
+	assert.Equal(t, 1000, long.PromptBytes, "PromptBytes counts past the cap")
+
+	cfg.MaxBlocks = 100
+	exact := mustParse(t, "/v1/completions", `{"model":"m","prompt":"`+strings.Repeat("y", 48)+`"}`, cfg)
+	partial := mustParse(t, "/v1/completions", `{"model":"m","prompt":"`+strings.Repeat("y", 63)+`"}`, cfg)
+	short := mustParse(t, "/v1/completions", `{"model":"m","prompt":"yyy"}`, cfg)
+	assert.Len(t, exact.Keys.Blocks, 3)
+	assert.Equal(t, exact.Keys.Blocks, partial.Keys.Blocks, "a trailing partial block is not hashed")
+	assert.Empty(t, short.Keys.Blocks)
+	assert.NotZero(t, short.Keys.Leading, "a prompt shorter than a block still has a leading key")
+	assert.Empty(t, short.NoPrefix)
+}
+
+func TestChainBlockSizes(t *testing.T) {
+	p := strings.Repeat("z", 1024)
+	for _, bs := range []int{1, 7, 64, 128, 1000, 4096} {
+		req := mustParse(t, "/v1/completions", `{"model":"m","prompt":"`+p+`"}`, ParseConfig{BlockSize: bs, MaxBlocks: 1 << 20})
+		assert.Len(t, req.Keys.Blocks, 1024/bs, "block size %d", bs)
+	}
+}

@@ -1,0 +1,142 @@
+package policies
+
+import (
+	"sync"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+)
+
+// DefaultIndexCapacity is a suggested per-replica capacity in blocks:
+// 16384 blocks of 128 bytes are 2 MiB of prompt text, about 512K tokens,
+// roughly the KV cache of one 80 GB GPU serving an 8B model. An index much
+// larger than the engine's cache believes in blocks the engine has evicted;
+// a much smaller one forgets blocks the engine still holds.
+const DefaultIndexCapacity = 16384
+
+// Index is one replica's approximate residency index: a bounded LRU of the
+// block hashes of prompts routed to that replica. It records what was sent,
+// not what the engine kept, so it is a belief that feedback (Forget, Purge)
+// corrects.
+//
+// Memory: about 87 bytes of heap per entry on 64-bit platforms, measured by
+// TestIndexBytesPerEntry over 100k entries: a 64-byte list element (key,
+// three links, simplelru's unused expiry fields) plus the map's slot and
+// growth slack. DefaultIndexCapacity thus costs about 1.4 MiB per replica.
+//
+// It is safe for concurrent use. It wraps golang-lru's simplelru under its
+// own mutex: simplelru is well kept and O(1), and its Peek reads without
+// touching recency, which Match needs so that asking about a replica does
+// not make its entries look used. The package's lru.Cache would lock once
+// per block; the one mutex here locks once per chain and makes Insert of a
+// chain atomic.
+type Index struct {
+	mu  sync.Mutex
+	lru *simplelru.LRU[uint64, struct{}]
+	cap int
+}
+
+// NewIndex returns an empty index holding at most capacityBlocks block
+// hashes; capacityBlocks < 1 selects DefaultIndexCapacity.
+func NewIndex(capacityBlocks int) *Index {
+	if capacityBlocks < 1 {
+		capacityBlocks = DefaultIndexCapacity
+	}
+	l, err := simplelru.NewLRU[uint64, struct{}](capacityBlocks, nil)
+	if err != nil { // only for size < 1, excluded above
+		panic(err)
+	}
+	return &Index{lru: l, cap: capacityBlocks}
+}
+
+// Insert records that blocks (one chain, head first) were sent to the
+// replica. It adds them tail first so that the head is the most recently
+// used: under pressure a chain is evicted from its tail, like an engine's
+// cache, and a shared head (system prompt) survives longest.
+func (ix *Index) Insert(blocks []uint64) {
+	if ix == nil || len(blocks) == 0 {
+		return
+	}
+	ix.mu.Lock()
+	for i := len(blocks) - 1; i >= 0; i-- {
+		ix.lru.Add(blocks[i], struct{}{})
+	}
+	ix.mu.Unlock()
+}
+
+// Match returns how many leading blocks of the chain are believed resident:
+// it stops at the first block the index does not hold. It does not change
+// recency, so asking about a replica that is then not chosen leaves its
+// index as it was. A nil index matches nothing.
+func (ix *Index) Match(blocks []uint64) int {
+	if ix == nil || len(blocks) == 0 {
+		return 0
+	}
+	ix.mu.Lock()
+	n := 0
+	for _, b := range blocks {
+		if _, ok := ix.lru.Peek(b); !ok {
+			break
+		}
+		n++
+	}
+	ix.mu.Unlock()
+	return n
+}
+
+// Forget drops blocks from the index, for when feedback says the engine did
+// not have them (it reported fewer cached tokens than the index predicted).
+func (ix *Index) Forget(blocks []uint64) {
+	if ix == nil {
+		return
+	}
+	ix.mu.Lock()
+	for _, b := range blocks {
+		ix.lru.Remove(b)
+	}
+	ix.mu.Unlock()
+}
+
+// Purge empties the index, for a replica restart, a cache reset or removal.
+func (ix *Index) Purge() {
+	if ix == nil {
+		return
+	}
+	ix.mu.Lock()
+	ix.lru.Purge()
+	ix.mu.Unlock()
+}
+
+// Len returns the number of block hashes held.
+func (ix *Index) Len() int {
+	if ix == nil {
+		return 0
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.lru.Len()
+}
+
+// Capacity returns the most block hashes the index holds.
+func (ix *Index) Capacity() int {
+	if ix == nil {
+		return 0
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.cap
+}
+
+// SetCapacity changes the capacity, evicting the least recently used
+// entries when shrinking; n < 1 selects DefaultIndexCapacity.
+func (ix *Index) SetCapacity(n int) {
+	if ix == nil {
+		return
+	}
+	if n < 1 {
+		n = DefaultIndexCapacity
+	}
+	ix.mu.Lock()
+	ix.lru.Resize(n)
+	ix.cap = n
+	ix.mu.Unlock()
+}

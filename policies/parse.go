@@ -1,0 +1,325 @@
+package policies
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// ParseConfig holds what Parse needs beyond the request itself.
+type ParseConfig struct {
+	// Deployment identifies the serving deployment (for example the route
+	// or upstream pool). It is hashed into every key, so two deployments
+	// that happen to serve the same model never share a prefix.
+	Deployment string
+	// BlockSize is the size in bytes of a hashed block of the rendered
+	// prompt; 0 selects DefaultBlockSize. Smaller blocks locate a shared
+	// prefix more precisely but cost more index entries and Match steps
+	// per byte of prompt.
+	BlockSize int
+	// MaxBlocks caps the chain; 0 selects DefaultMaxBlocks. A larger cap
+	// follows longer prompts at the cost of index memory and Pick time.
+	MaxBlocks int
+}
+
+// withDefaults fills zero (or negative) knobs with their defaults.
+func (c ParseConfig) withDefaults() ParseConfig {
+	if c.BlockSize <= 0 {
+		c.BlockSize = DefaultBlockSize
+	}
+	if c.MaxBlocks <= 0 {
+		c.MaxBlocks = DefaultMaxBlocks
+	}
+	return c
+}
+
+var (
+	// ErrMalformedJSON means the body of a known endpoint is not a JSON
+	// object (or not valid JSON, or nested deeper than encoding/json
+	// allows). The caller answers 400.
+	ErrMalformedJSON = errors.New("llmroute: request body is not a JSON object")
+	// ErrMissingModel means the body of a known endpoint has no non-empty
+	// "model" string. The caller answers 400.
+	ErrMissingModel = errors.New(`llmroute: request body has no "model" string`)
+)
+
+// Reasons Parse gives in Request.NoPrefix. A request with a reason has zero
+// Keys and is routed by load alone.
+const (
+	NoPrefixEndpoint      = "unsupported endpoint"
+	NoPrefixNoMessages    = "no messages"
+	NoPrefixMessagesShape = "messages is not an array of objects"
+	NoPrefixRoleShape     = "message role is not a string"
+	NoPrefixContentShape  = "message content has an unexpected shape"
+	NoPrefixNoPrompt      = "no prompt"
+	NoPrefixPromptShape   = "prompt has an unexpected shape"
+	NoPrefixNoInput       = "no input"
+	NoPrefixInputShape    = "input has an unexpected shape"
+	NoPrefixBodyShape     = "body has an unexpected shape"
+)
+
+// endpointOf maps a URL path to its Endpoint, tolerating one trailing slash.
+func endpointOf(path string) Endpoint {
+	switch strings.TrimSuffix(path, "/") {
+	case "/v1/chat/completions":
+		return EndpointChat
+	case "/v1/completions":
+		return EndpointCompletions
+	case "/v1/responses":
+		return EndpointResponses
+	}
+	return EndpointUnknown
+}
+
+// isObject reports whether body's first non-space byte opens an object.
+func isObject(body []byte) bool {
+	for _, c := range body {
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		return c == '{'
+	}
+	return false
+}
+
+// Parse reads one request body for the given URL path and returns what the
+// router needs: model, stream flags and the prefix Keys.
+//
+// For the three known endpoints it returns ErrMalformedJSON when body is not
+// a JSON object and ErrMissingModel when it has no model string; every other
+// odd shape only sets Request.NoPrefix. Any other path yields
+// EndpointUnknown with NoPrefix set, model and stream filled in when the
+// body is a JSON object, and never an error.
+//
+// Parse decodes body once; prompt strings are copied once, by the decoder,
+// and their canonical rendering is streamed into the block hasher, which
+// holds one block at a time. Blocks is capped at cfg.MaxBlocks but
+// PromptBytes counts the whole rendering.
+func Parse(path string, body []byte, cfg ParseConfig) (*Request, error) {
+	cfg = cfg.withDefaults()
+	req := &Request{Endpoint: endpointOf(path)}
+	switch req.Endpoint {
+	case EndpointChat:
+		var b chatBody
+		bad, err := decode(body, &b, &b.commonBody, req)
+		switch {
+		case err != nil:
+			return nil, err
+		case bad == "messages":
+			req.NoPrefix = NoPrefixMessagesShape
+		case bad != "":
+			req.NoPrefix = NoPrefixBodyShape
+		default:
+			keysChat(req, &b, cfg, len(body))
+		}
+	case EndpointCompletions:
+		var b completionsBody
+		bad, err := decode(body, &b, &b.commonBody, req)
+		switch {
+		case err != nil:
+			return nil, err
+		case bad != "":
+			req.NoPrefix = NoPrefixBodyShape
+		default:
+			keysCompletions(req, &b, cfg, len(body))
+		}
+	case EndpointResponses:
+		var b responsesBody
+		bad, err := decode(body, &b, &b.commonBody, req)
+		var text *jsonText
+		switch {
+		case err != nil:
+			return nil, err
+		case bad == "input":
+			// Not an array of items: look again for a string.
+			var t responsesText
+			if json.Unmarshal(body, &t) != nil || t.Input.kind != shapeString {
+				req.NoPrefix = NoPrefixInputShape
+				break
+			}
+			text = &t.Input
+			fallthrough
+		case bad == "":
+			keysResponses(req, &b, text, cfg, len(body))
+		default:
+			req.NoPrefix = NoPrefixBodyShape
+		}
+	default:
+		req.NoPrefix = NoPrefixEndpoint
+		var b commonBody
+		if isObject(body) && json.Unmarshal(body, &b) == nil {
+			fillCommon(req, &b)
+		}
+	}
+	return req, nil
+}
+
+// decode unmarshals a known endpoint's body into v, whose common fields are
+// c, and fills req's common fields. A value of the wrong type for one of
+// v's typed arrays is not an error: decode returns the name of its
+// top-level field (say "messages") and the rest of v is filled.
+func decode(body []byte, v any, c *commonBody, req *Request) (badField string, err error) {
+	if !isObject(body) {
+		return "", ErrMalformedJSON
+	}
+	err = json.Unmarshal(body, v)
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		badField, _, _ = strings.Cut(te.Field, ".")
+		if badField == "" {
+			badField = "?"
+		}
+		err = nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrMalformedJSON, err)
+	}
+	if c.Model.str() == "" {
+		return "", ErrMissingModel
+	}
+	fillCommon(req, c)
+	return badField, nil
+}
+
+// fillCommon copies the fields every endpoint shares into req.
+func fillCommon(req *Request, c *commonBody) {
+	req.Model = c.Model.str()
+	req.Stream = bool(c.Stream)
+	req.IncludeUsage = bool(c.StreamOptions.IncludeUsage)
+	req.CacheSalt = c.CacheSalt.str()
+}
+
+// toolsHash hashes tools (and legacy functions) as sent.
+func toolsHash(c *commonBody) uint64 {
+	if c.Functions == nil {
+		return xxhash.Sum64(c.Tools)
+	}
+	var d xxhash.Digest
+	d.Reset()
+	d.Write(c.Tools)
+	d.WriteString("\x00functions\x00")
+	d.Write(c.Functions)
+	return d.Sum64()
+}
+
+// isSystem reports whether a role belongs to the leading system run.
+func isSystem(role string) bool { return role == "system" || role == "developer" }
+
+func keysChat(req *Request, b *chatBody, cfg ParseConfig, sizeHint int) {
+	msgs := b.Messages
+	if len(msgs) == 0 {
+		req.NoPrefix = NoPrefixNoMessages
+		return
+	}
+	for i := range msgs {
+		if msgs[i].Role.str() == "" {
+			req.NoPrefix = NoPrefixRoleShape
+			return
+		}
+		if msgs[i].Content.kind == shapeOther {
+			req.NoPrefix = NoPrefixContentShape
+			return
+		}
+	}
+
+	var d xxhash.Digest
+	d.Reset()
+	lead := sink{digest: &d}
+	for i := range msgs {
+		if !isSystem(msgs[i].Role.s) {
+			break
+		}
+		renderChatMessage(&lead, &msgs[i])
+	}
+	leading := leadingKey(cfg.Deployment, req.Model, req.CacheSalt, toolsHash(&b.commonBody), d.Sum64())
+
+	var c sink
+	c.initChain(leading, cfg.BlockSize, cfg.MaxBlocks, sizeHint)
+	for i := range msgs {
+		renderChatMessage(&c, &msgs[i])
+	}
+	setKeys(req, leading, &c)
+}
+
+func keysCompletions(req *Request, b *completionsBody, cfg ParseConfig, sizeHint int) {
+	switch b.Prompt.kind {
+	case shapeAbsent:
+		req.NoPrefix = NoPrefixNoPrompt
+		return
+	case shapeOther:
+		req.NoPrefix = NoPrefixPromptShape
+		return
+	}
+	var d xxhash.Digest
+	d.Reset()
+	leading := leadingKey(cfg.Deployment, req.Model, req.CacheSalt, toolsHash(&b.commonBody), d.Sum64())
+	var c sink
+	c.initChain(leading, cfg.BlockSize, cfg.MaxBlocks, sizeHint)
+	renderPrompt(&c, &b.Prompt)
+	setKeys(req, leading, &c)
+}
+
+// keysResponses follows keysChat: instructions render as a system message
+// and, with any system/developer items that open the input, form the
+// leading run. text is the input when it is a string.
+func keysResponses(req *Request, b *responsesBody, text *jsonText, cfg ParseConfig, sizeHint int) {
+	items := b.Input
+	if text == nil && len(items) == 0 {
+		req.NoPrefix = NoPrefixNoInput
+		return
+	}
+	for i := range items {
+		it := &items[i]
+		if it.kind() != "message" {
+			continue
+		}
+		if it.Role.str() == "" {
+			req.NoPrefix = NoPrefixRoleShape
+			return
+		}
+		if it.Content.kind == shapeOther {
+			req.NoPrefix = NoPrefixContentShape
+			return
+		}
+	}
+
+	render := func(w *sink, leadingOnly bool) {
+		if b.Instructions.kind != shapeAbsent {
+			header(w, "system")
+			b.Instructions.render(w)
+			w.WriteString(endTag)
+		}
+		if text != nil {
+			if !leadingOnly {
+				renderText(w, "user", text.s)
+			}
+			return
+		}
+		for i := range items {
+			it := &items[i]
+			if leadingOnly && (it.kind() != "message" || !isSystem(it.Role.s)) {
+				return
+			}
+			renderItem(w, it)
+		}
+	}
+	var d xxhash.Digest
+	d.Reset()
+	lead := sink{digest: &d}
+	render(&lead, true)
+	leading := leadingKey(cfg.Deployment, req.Model, req.CacheSalt, toolsHash(&b.commonBody), d.Sum64())
+	var c sink
+	c.initChain(leading, cfg.BlockSize, cfg.MaxBlocks, sizeHint)
+	render(&c, false)
+	setKeys(req, leading, &c)
+}
+
+// setKeys stores the chain's result in req.
+func setKeys(req *Request, leading uint64, c *sink) {
+	req.Keys = Keys{Leading: leading, Blocks: c.blocks}
+	req.PromptBytes = c.total
+}

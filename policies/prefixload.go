@@ -1,0 +1,126 @@
+package policies
+
+import "math"
+
+// prefixLoad is llmroute's default strategy: cache affinity under a load
+// bound. For each request:
+//
+//  1. Candidates are the Free replicas within the bound
+//     load+1 <= ceil(c*(total+1)/n) + slack, where total and n are the load
+//     and count of Free replicas, c is Options.BalanceFactor and slack is
+//     Options.LoadSlack. The least-loaded Free replica is always a candidate.
+//     A replica whose engine reports KV usage >= 0.95 is not a candidate
+//     while any other Free replica is not that full.
+//  2. Among candidates, the longest Index.Match of keys.Blocks wins when it
+//     is at least Options.MinMatchBlocks; equal matches go to the higher
+//     Rendezvous rank of keys.Leading.
+//  3. A cold prefix (no such match) goes to its home: the candidate with the
+//     highest Rendezvous rank of keys.Leading.
+//  4. A request without keys goes to the least-loaded candidate, ties broken
+//     pseudo-randomly.
+//
+// Why each rule, and what it takes from the routers in router-anchors.md:
+//
+//   - The bound is CHWBL's (KubeAI, HAProxy hash-balance-factor 125), which
+//     proves no replica exceeds c times the average. Alone it splits a prefix
+//     group as soon as the group has two requests in flight at low load,
+//     which wastes cache exactly where there is no queueing to avoid; the
+//     absolute slack keeps a group together until it is slack requests above
+//     its fair share. Where SGLang switches to pure least-load past a fixed
+//     imbalance threshold (max-min > 64 and max > 1.5 x min), and AIBrix past
+//     a running-count gap of 8, the bound here acts per replica: only the
+//     overloaded replica sheds, and the rest keep their affinity.
+//   - Load is the router's own in-flight count plus the engine's waiting
+//     queue when known (Replica.Load), the two signals llm-d's scorers weigh
+//     (queue 2, KV usage 2); KV usage enters as the saturation cut rather
+//     than a weight, because llm-d's own "saturated at KV >= 0.8" and
+//     Dynamo's cost (uncached prefill blocks + active decode blocks) agree
+//     that a full cache loses the hit anyway. Unknown engine figures count
+//     as no extra load, never as idle: the in-flight count still applies.
+//   - Longest match among candidates is the prefix scorer of llm-d and
+//     Dynamo's uncached-prefill term; restricting it to candidates replaces
+//     llm-d's weighted sum, whose weights trade hit rate against queueing
+//     implicitly, with an explicit bound.
+//   - Ties and cold prefixes go by Rendezvous rank rather than at random
+//     (llm-d, vLLM production-stack) or by index order. This is where we aim
+//     higher: every router instance computes the same home from the same
+//     key, so several instances with no shared index still agree (SGLang's
+//     gateway lost follow-up hits from 0.94 to 0.66 going from one gateway
+//     to eight), and a hot prefix that exceeds the bound spills to its
+//     next-ranked candidate, which is deterministic too, so the spill lands
+//     on the same second replica from every instance.
+//
+// The caller records the decision with the chosen replica's Index.Insert;
+// Pick itself does not change any index. Pick costs O(blocks + replicas):
+// Match stops at the first missing block, and most replicas miss at block 0.
+// It does not allocate.
+type prefixLoad struct {
+	opts  Options
+	least leastLoad
+}
+
+// Name returns "prefix_load".
+func (*prefixLoad) Name() string { return "prefix_load" }
+
+// Pick returns the chosen Free replica's index, or -1 when none is Free.
+func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
+	// Pass 1: totals over Free replicas, and the least load among those
+	// that are not KV-saturated (among all Free ones if every one is).
+	n, total := 0, 0
+	minAll, minUnsat, unsat := 0, 0, 0
+	for i := range replicas {
+		r := &replicas[i]
+		if !r.Free() {
+			continue
+		}
+		l := r.Load()
+		if n == 0 || l < minAll {
+			minAll = l
+		}
+		n++
+		total += l
+		if !saturated(r) {
+			if unsat == 0 || l < minUnsat {
+				minUnsat = l
+			}
+			unsat++
+		}
+	}
+	if n == 0 {
+		return -1
+	}
+	if keys.Leading == 0 && len(keys.Blocks) == 0 {
+		return s.least.pick(replicas, true)
+	}
+	allSat, minLoad := unsat == 0, minUnsat
+	if allSat {
+		minLoad = minAll
+	}
+	bound := int(math.Ceil(s.opts.BalanceFactor*float64(total+1)/float64(n))) + s.opts.LoadSlack
+
+	// Pass 2: among candidates, the longest match (ties by rank) and the
+	// home (highest rank).
+	best, bestMatch, bestScore := -1, 0, uint64(0)
+	home, homeScore := -1, uint64(0)
+	for i := range replicas {
+		r := &replicas[i]
+		if !r.Free() || (!allSat && saturated(r)) {
+			continue
+		}
+		if l := r.Load(); l+1 > bound && l != minLoad {
+			continue
+		}
+		sc := Rendezvous(keys.Leading, r.Addr)
+		if home < 0 || sc > homeScore {
+			home, homeScore = i, sc
+		}
+		m := r.Index.Match(keys.Blocks)
+		if best < 0 || m > bestMatch || (m == bestMatch && sc > bestScore) {
+			best, bestMatch, bestScore = i, m, sc
+		}
+	}
+	if bestMatch >= s.opts.MinMatchBlocks {
+		return best
+	}
+	return home
+}

@@ -1,0 +1,263 @@
+package policies
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPrefixLoad(t *testing.T) {
+	const n = 6
+	keys := Keys{Leading: 777, Blocks: []uint64{11, 12, 13, 14}}
+	rank := ranked(keys.Leading, replicas(n))
+	tests := []struct {
+		name  string
+		opts  Options
+		setup func(rs []Replica)
+		keys  *Keys // default keys
+		want  []int // allowed answers
+	}{
+		{name: "cold prefix goes home", setup: func([]Replica) {}, want: []int{rank[0]}},
+		{name: "resident prefix wins over home", setup: func(rs []Replica) {
+			rs[rank[2]].Index.Insert(keys.Blocks)
+		}, want: []int{rank[2]}},
+		{name: "longest match wins", setup: func(rs []Replica) {
+			rs[rank[1]].Index.Insert(keys.Blocks[:2])
+			rs[rank[4]].Index.Insert(keys.Blocks[:3])
+		}, want: []int{rank[4]}},
+		{name: "equal matches go to the higher rank", setup: func(rs []Replica) {
+			rs[rank[3]].Index.Insert(keys.Blocks)
+			rs[rank[1]].Index.Insert(keys.Blocks)
+			rs[rank[5]].Index.Insert(keys.Blocks)
+		}, want: []int{rank[1]}},
+		{name: "match below MinMatchBlocks is cold", opts: Options{MinMatchBlocks: 3}, setup: func(rs []Replica) {
+			rs[rank[2]].Index.Insert(keys.Blocks[:2])
+		}, want: []int{rank[0]}},
+		{name: "match with a gap counts only its head", opts: Options{MinMatchBlocks: 2}, setup: func(rs []Replica) {
+			rs[rank[2]].Index.Insert([]uint64{11, 13, 14})
+		}, want: []int{rank[0]}},
+		{name: "within slack the match keeps it", setup: func(rs []Replica) {
+			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].InFlight = 2
+		}, want: []int{rank[2]}},
+		{name: "match over the bound spills home", setup: func(rs []Replica) {
+			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].InFlight = 10 // bound: ceil(1.25*11/6)+2 = 5
+		}, want: []int{rank[0]}},
+		{name: "engine queue is load", setup: func(rs []Replica) {
+			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].EngineWaiting = 10
+		}, want: []int{rank[0]}},
+		{name: "busy home spills to next rank", setup: func(rs []Replica) {
+			rs[rank[0]].InFlight = 10
+		}, want: []int{rank[1]}},
+		{name: "pure CHWBL splits at two", opts: Options{LoadSlack: -1}, setup: func(rs []Replica) {
+			rs[rank[0]].InFlight = 2 // bound: ceil(1.25*3/6) = 1
+		}, want: []int{rank[1]}},
+		{name: "full home spills to next rank", setup: func(rs []Replica) {
+			rs[rank[0]].Cap, rs[rank[0]].InFlight = 1, 1
+		}, want: []int{rank[1]}},
+		{name: "unavailable match is skipped", setup: func(rs []Replica) {
+			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].Unavailable = true
+			rs[rank[3]].Index.Insert(keys.Blocks[:1])
+		}, want: []int{rank[3]}},
+		{name: "KV-saturated match is skipped", setup: func(rs []Replica) {
+			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].KVUsage = 0.97
+		}, want: []int{rank[0]}},
+		{name: "all KV-saturated still routes by match", setup: func(rs []Replica) {
+			for i := range rs {
+				rs[i].KVUsage = 0.99
+			}
+			rs[rank[2]].Index.Insert(keys.Blocks)
+		}, want: []int{rank[2]}},
+		{name: "within the average, home keeps it", setup: func(rs []Replica) {
+			for i := range rs {
+				rs[i].InFlight = 20
+			}
+			rs[rank[4]].InFlight = 3 // bound: ceil(1.25*104/6)+2 = 24
+		}, want: []int{rank[0]}},
+		{name: "tight bound: only the least loaded is a candidate", opts: Options{BalanceFactor: 1, LoadSlack: -1}, setup: func(rs []Replica) {
+			for i := range rs {
+				rs[i].InFlight = 20
+			}
+			rs[rank[4]].InFlight = 3 // bound: ceil(104/6) = 18
+			rs[rank[1]].Index.Insert(keys.Blocks)
+		}, want: []int{rank[4]}},
+		{name: "no keys: least loaded", keys: &Keys{}, setup: func(rs []Replica) {
+			for i := range rs {
+				rs[i].InFlight = 2
+			}
+			rs[rank[3]].InFlight, rs[rank[5]].InFlight = 1, 1
+			rs[rank[5]].Index.Insert(keys.Blocks)
+		}, want: []int{rank[3], rank[5]}},
+		{name: "no keys avoids KV-saturated", keys: &Keys{}, setup: func(rs []Replica) {
+			for i := range rs {
+				rs[i].InFlight = 2
+			}
+			rs[rank[3]].InFlight, rs[rank[5]].InFlight = 1, 1
+			rs[rank[5]].KVUsage = 0.96
+		}, want: []int{rank[3]}},
+		{name: "blocks without a leading key still match", keys: &Keys{Blocks: keys.Blocks}, setup: func(rs []Replica) {
+			rs[rank[4]].Index.Insert(keys.Blocks)
+		}, want: []int{rank[4]}},
+		{name: "nil indexes", setup: func(rs []Replica) {
+			for i := range rs {
+				rs[i].Index = nil
+			}
+		}, want: []int{rank[0]}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := mustStrategy(t, "prefix_load", tt.opts)
+			rs := replicas(n)
+			tt.setup(rs)
+			k := keys
+			if tt.keys != nil {
+				k = *tt.keys
+			}
+			for i := 0; i < 20; i++ {
+				assert.Contains(t, tt.want, s.Pick(k, rs))
+			}
+		})
+	}
+}
+
+// TestPrefixLoadBurst sends a burst of one hot prefix, each pick adding
+// one in-flight request to the chosen replica (nothing completes), and
+// checks the load bound after every pick and that the group stays home
+// while load is low.
+func TestPrefixLoadBurst(t *testing.T) {
+	const n, burst = 8, 200
+	for _, opts := range []Options{{}, {LoadSlack: -1}, {BalanceFactor: 2, LoadSlack: 4}} {
+		o, err := opts.withDefaults()
+		require.NoError(t, err)
+		t.Run(fmt.Sprintf("c=%v slack=%d", o.BalanceFactor, o.LoadSlack), func(t *testing.T) {
+			s := mustStrategy(t, "prefix_load", opts)
+			rs := replicas(n)
+			keys := Keys{Leading: 99, Blocks: []uint64{1, 2, 3, 4, 5}}
+			homeIdx := ranked(keys.Leading, rs)[0]
+			for i := 1; i <= burst; i++ {
+				p := s.Pick(keys, rs)
+				require.GreaterOrEqual(t, p, 0)
+				if i <= o.LoadSlack+1 {
+					require.Equal(t, homeIdx, p, "pick %d left home at low load", i)
+				}
+				rs[p].InFlight++
+				rs[p].Index.Insert(keys.Blocks)
+				max := 0
+				for j := range rs {
+					if rs[j].InFlight > max {
+						max = rs[j].InFlight
+					}
+				}
+				limit := int(math.Ceil(o.BalanceFactor*float64(i)/n)) + o.LoadSlack + 1
+				require.LessOrEqual(t, max, limit, "after %d picks: %v", i, loads(rs))
+			}
+			t.Logf("loads after %d: %v (home %d)", burst, loads(rs), homeIdx)
+		})
+	}
+}
+
+func loads(rs []Replica) []int {
+	out := make([]int, len(rs))
+	for i := range rs {
+		out[i] = rs[i].Load()
+	}
+	return out
+}
+
+// TestPrefixLoadInstancesAgree runs two router instances with their own
+// indexes and seeds over the same replica loads: cold prefixes, their
+// spills and their follow-ups land on the same replicas in both.
+func TestPrefixLoadInstancesAgree(t *testing.T) {
+	a := mustStrategy(t, "prefix_load", Options{Seed: 1})
+	b := mustStrategy(t, "prefix_load", Options{Seed: 2})
+	ra, rb := replicas(16), replicas(16)
+	for i := range ra {
+		ra[i].InFlight = i % 3
+		rb[i].InFlight = i % 3
+	}
+	ra[3].InFlight, rb[3].InFlight = 30, 30 // over the bound in both
+	for k := uint64(1); k <= 300; k++ {
+		keys := Keys{Leading: mix64(k), Blocks: []uint64{mix64(k + 1e6), mix64(k + 2e6)}}
+		pa, pb := a.Pick(keys, ra), b.Pick(keys, rb)
+		require.Equal(t, pa, pb, "key %d", k)
+		assert.NotEqual(t, 3, pa)
+		if k%2 == 0 { // only instance a learns the follow-up
+			ra[pa].Index.Insert(keys.Blocks)
+			assert.Equal(t, pa, a.Pick(keys, ra))
+			assert.Equal(t, pa, b.Pick(keys, rb))
+		}
+	}
+}
+
+// benchChat returns a chat body of about size bytes: a system prompt of a
+// quarter of it and user/assistant turns for the rest.
+func benchChat(size int) []byte {
+	words := strings.Fields("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches")
+	text := func(n, seed int) string {
+		var sb strings.Builder
+		for i := seed; sb.Len() < n; i++ {
+			sb.WriteString(words[(i*7+i/len(words))%len(words)])
+			sb.WriteByte(' ')
+		}
+		return sb.String()
+	}
+	var sb strings.Builder
+	sb.WriteString(`{"model":"llama-3-8b","stream":true,"messages":[{"role":"system","content":"`)
+	sb.WriteString(text(size/4, 0))
+	sb.WriteString(`"}`)
+	roles := []string{"user", "assistant"}
+	for turn := 0; sb.Len() < size-64; turn++ {
+		n := min(size/8, size-64-sb.Len())
+		fmt.Fprintf(&sb, `,{"role":"%s","content":"%s"}`, roles[turn%2], text(max(n, 1), turn+1))
+	}
+	sb.WriteString(`]}`)
+	return []byte(sb.String())
+}
+
+// benchReplicas returns n replicas whose full indexes (4096 blocks each,
+// to keep the benchmark's heap small) hold other traffic, two of which (the
+// hot prefix's home and first spill) also hold keys' chain.
+func benchReplicas(n int, keys Keys) []Replica {
+	const capacity = 4096
+	rs := replicas(n)
+	for i := range rs {
+		rs[i].InFlight = i % 4
+		rs[i].Index = NewIndex(capacity)
+		chain := make([]uint64, len(keys.Blocks))
+		for c := 0; c < capacity/len(chain); c++ {
+			for j := range chain {
+				chain[j] = mix64(uint64(i)<<40 | uint64(c)<<16 | uint64(j))
+			}
+			rs[i].Index.Insert(chain)
+		}
+	}
+	r := ranked(keys.Leading, rs)
+	rs[r[0]].Index.Insert(keys.Blocks)
+	rs[r[1]].Index.Insert(keys.Blocks)
+	return rs
+}
+
+func benchmarkPick(b *testing.B, n int) {
+	req, err := Parse("/v1/chat/completions", benchChat(4<<10), ParseConfig{})
+	require.NoError(b, err)
+	rs := benchReplicas(n, req.Keys)
+	s := mustStrategy(b, "prefix_load", Options{})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		s.Pick(req.Keys, rs)
+	}
+	b.ReportMetric(float64(len(req.Keys.Blocks)), "blocks")
+}
+
+func BenchmarkPick8(b *testing.B)   { benchmarkPick(b, 8) }
+func BenchmarkPick64(b *testing.B)  { benchmarkPick(b, 64) }
+func BenchmarkPick512(b *testing.B) { benchmarkPick(b, 512) }

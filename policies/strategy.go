@@ -1,0 +1,82 @@
+package policies
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Default strategy knobs.
+const (
+	// DefaultBalanceFactor is the CHWBL balance factor c (HAProxy's
+	// hash-balance-factor 125).
+	DefaultBalanceFactor = 1.25
+	// DefaultLoadSlack is the absolute slack added to the CHWBL bound.
+	DefaultLoadSlack = 2
+	// DefaultMinMatchBlocks is the shortest resident prefix that counts.
+	DefaultMinMatchBlocks = 1
+)
+
+// Options tune the strategies. The zero value selects every default.
+type Options struct {
+	// Seed makes tie-breaking deterministic: two strategies with the same
+	// seed make the same choices for the same sequence of calls.
+	Seed uint64
+	// BalanceFactor is c in prefix_load's bound ceil(c*(total+1)/n): a
+	// replica above it is skipped. Near 1 spreads load evenly but splits
+	// prefix groups early; larger keeps affinity longer but lets a hot
+	// prefix queue. 0 selects DefaultBalanceFactor; it must be >= 1.
+	BalanceFactor float64
+	// LoadSlack is added to that bound so that a prefix group is not split
+	// at low load, where there is no queueing to avoid. 0 selects
+	// DefaultLoadSlack; a negative value means no slack (pure CHWBL).
+	LoadSlack int
+	// MinMatchBlocks is the shortest believed-resident prefix, in blocks,
+	// that prefix_load follows; shorter matches count as cold. 0 selects
+	// DefaultMinMatchBlocks.
+	MinMatchBlocks int
+}
+
+// withDefaults fills unset knobs and checks the rest.
+func (o Options) withDefaults() (Options, error) {
+	if o.BalanceFactor == 0 {
+		o.BalanceFactor = DefaultBalanceFactor
+	}
+	if !(o.BalanceFactor >= 1) { // also rejects NaN
+		return o, fmt.Errorf("llmroute: balance factor %v is below 1", o.BalanceFactor)
+	}
+	switch {
+	case o.LoadSlack == 0:
+		o.LoadSlack = DefaultLoadSlack
+	case o.LoadSlack < 0:
+		o.LoadSlack = 0
+	}
+	if o.MinMatchBlocks < 1 {
+		o.MinMatchBlocks = DefaultMinMatchBlocks
+	}
+	return o, nil
+}
+
+// StrategyNames lists the names NewStrategy accepts; prefix_load is the
+// default.
+var StrategyNames = []string{"round_robin", "prefix_affinity", "least_load", "prefix_load"}
+
+// NewStrategy returns the named strategy configured by opts. It returns an
+// error listing the valid names for an unknown name, and one for an invalid
+// option.
+func NewStrategy(name string, opts Options) (Strategy, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	switch name {
+	case "round_robin":
+		return &roundRobin{}, nil
+	case "prefix_affinity":
+		return &prefixAffinity{least: leastLoad{seed: o.Seed}}, nil
+	case "least_load":
+		return &leastLoad{seed: o.Seed}, nil
+	case "prefix_load":
+		return &prefixLoad{opts: o, least: leastLoad{seed: o.Seed}}, nil
+	}
+	return nil, fmt.Errorf("llmroute: unknown strategy %q (valid: %s)", name, strings.Join(StrategyNames, ", "))
+}

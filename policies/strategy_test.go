@@ -1,0 +1,157 @@
+package policies
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// replicas returns n idle replicas with unknown engine figures and empty
+// indexes.
+func replicas(n int) []Replica {
+	rs := make([]Replica, n)
+	for i := range rs {
+		rs[i] = Replica{
+			Addr:          fmt.Sprintf("10.0.0.%d:8000", i+1),
+			EngineWaiting: -1,
+			EngineRunning: -1,
+			KVUsage:       -1,
+			Index:         NewIndex(4096),
+		}
+	}
+	return rs
+}
+
+func mustStrategy(t testing.TB, name string, opts Options) Strategy {
+	t.Helper()
+	s, err := NewStrategy(name, opts)
+	require.NoError(t, err)
+	require.Equal(t, name, s.Name())
+	return s
+}
+
+func TestNewStrategy(t *testing.T) {
+	for _, name := range StrategyNames {
+		mustStrategy(t, name, Options{})
+	}
+	_, err := NewStrategy("random", Options{})
+	require.Error(t, err)
+	for _, name := range StrategyNames {
+		assert.Contains(t, err.Error(), name)
+	}
+	_, err = NewStrategy("prefix_load", Options{BalanceFactor: 0.9})
+	assert.Error(t, err)
+}
+
+func TestOptionsDefaults(t *testing.T) {
+	tests := []struct {
+		in, want Options
+	}{
+		{Options{}, Options{BalanceFactor: 1.25, LoadSlack: 2, MinMatchBlocks: 1}},
+		{Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4}, Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4}},
+		{Options{LoadSlack: -1, MinMatchBlocks: -3}, Options{BalanceFactor: 1.25, LoadSlack: 0, MinMatchBlocks: 1}},
+	}
+	for _, tt := range tests {
+		got, err := tt.in.withDefaults()
+		require.NoError(t, err)
+		assert.Equal(t, tt.want, got)
+	}
+}
+
+// TestStrategiesNeverPickUnfree runs every strategy over replicas where
+// only some are Free and checks the answers.
+func TestStrategiesNeverPickUnfree(t *testing.T) {
+	keys := Keys{Leading: 42, Blocks: []uint64{1, 2, 3}}
+	tests := []struct {
+		name  string
+		setup func(rs []Replica)
+		want  []int // the allowed answers
+	}{
+		{"no replicas", func([]Replica) {}, nil},
+		{"all unavailable", func(rs []Replica) {
+			for i := range rs {
+				rs[i].Unavailable = true
+			}
+		}, []int{-1}},
+		{"all full", func(rs []Replica) {
+			for i := range rs {
+				rs[i].Cap, rs[i].InFlight = 2, 2
+			}
+		}, []int{-1}},
+		{"only 2 free", func(rs []Replica) {
+			for i := range rs {
+				rs[i].Unavailable = i != 2
+			}
+			rs[2].Index.Insert(keys.Blocks)
+		}, []int{2}},
+		{"only 3 free, others full or out", func(rs []Replica) {
+			for i := range rs {
+				if i%2 == 0 {
+					rs[i].Unavailable = true
+				} else if i != 3 {
+					rs[i].Cap, rs[i].InFlight = 1, 1
+				}
+				rs[i].Index.Insert(keys.Blocks)
+			}
+		}, []int{3}},
+	}
+	for _, name := range StrategyNames {
+		for _, tt := range tests {
+			t.Run(name+"/"+tt.name, func(t *testing.T) {
+				s := mustStrategy(t, name, Options{})
+				rs := replicas(5)
+				tt.setup(rs)
+				if tt.want == nil {
+					assert.Equal(t, -1, s.Pick(keys, nil))
+					return
+				}
+				for i := 0; i < 20; i++ {
+					assert.Contains(t, tt.want, s.Pick(keys, rs))
+					assert.Contains(t, tt.want, s.Pick(Keys{}, rs))
+				}
+			})
+		}
+	}
+}
+
+// TestPickDoesNotAllocate covers every strategy's common path.
+func TestPickDoesNotAllocate(t *testing.T) {
+	rs := replicas(16)
+	keys := Keys{Leading: 42, Blocks: []uint64{1, 2, 3, 4}}
+	rs[3].Index.Insert(keys.Blocks)
+	for _, name := range StrategyNames {
+		s := mustStrategy(t, name, Options{})
+		assert.Zero(t, testing.AllocsPerRun(100, func() { s.Pick(keys, rs) }), name)
+		assert.Zero(t, testing.AllocsPerRun(100, func() { s.Pick(Keys{}, rs) }), name)
+	}
+	assert.Zero(t, testing.AllocsPerRun(100, func() { Rendezvous(42, rs[0].Addr) }))
+}
+
+// TestStrategiesConcurrent runs every strategy from several goroutines
+// while the indexes change; run it with -race.
+func TestStrategiesConcurrent(t *testing.T) {
+	rs := replicas(8)
+	keys := Keys{Leading: 5, Blocks: []uint64{1, 2, 3}}
+	for _, name := range StrategyNames {
+		s := mustStrategy(t, name, Options{})
+		var wg sync.WaitGroup
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 300; i++ {
+					p := s.Pick(keys, rs)
+					assert.GreaterOrEqual(t, p, 0)
+					rs[p].Index.Insert(keys.Blocks)
+					if i%100 == 0 {
+						rs[p].Index.Purge()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+}

@@ -1,0 +1,91 @@
+package policies
+
+// Endpoint says which OpenAI-compatible API a body was parsed for.
+type Endpoint int
+
+const (
+	// EndpointUnknown is any path llmroute does not parse; it routes by load.
+	EndpointUnknown Endpoint = iota
+	// EndpointChat is /v1/chat/completions.
+	EndpointChat
+	// EndpointCompletions is /v1/completions.
+	EndpointCompletions
+	// EndpointResponses is /v1/responses.
+	EndpointResponses
+)
+
+// Keys are the prefix keys of one request.
+type Keys struct {
+	// Leading hashes the deployment identity, the model, cache_salt, the
+	// tools and the leading system/developer messages. Zero means no key.
+	Leading uint64
+	// Blocks is the chain of block hashes over the canonical rendering of
+	// the whole prompt; Blocks[0] is seeded with Leading and every later
+	// block with the one before it. Capped at ParseConfig.MaxBlocks.
+	Blocks []uint64
+}
+
+// Request is what the router needs to know of one request body.
+type Request struct {
+	Endpoint     Endpoint
+	Model        string
+	Stream       bool
+	IncludeUsage bool // stream_options.include_usage as the client sent it
+	CacheSalt    string
+	PromptBytes  int // bytes of the canonical rendering (before the block cap)
+	Keys         Keys
+	// NoPrefix is empty when Keys were computed, otherwise why not (for
+	// example "unsupported endpoint" or "messages is not an array"); such a
+	// request is routed by load alone.
+	NoPrefix string
+}
+
+// Replica is the state of one replica as a Strategy sees it at decision
+// time. The caller builds the slice; strategies never modify it.
+type Replica struct {
+	// Addr identifies the replica (its dial address); rendezvous hashing
+	// uses it, so every router instance must use the same string.
+	Addr string
+	// InFlight counts requests this router has reserved on the replica.
+	InFlight int
+	// Cap is the most requests in flight allowed; 0 means no cap.
+	Cap int
+	// Unavailable is true while the replica is cooling down, unhealthy,
+	// already tried by this request, or waiting for its probe's answer.
+	Unavailable bool
+	// EngineWaiting is the engine's queue length when known and fresh,
+	// else -1 (unknown, never "idle").
+	EngineWaiting int
+	// EngineRunning is the engine's running-sequence count, -1 if unknown.
+	EngineRunning int
+	// KVUsage is the engine's KV cache usage in [0,1], -1 if unknown.
+	KVUsage float64
+	// Index is the replica's residency index; nil means nothing believed.
+	Index *Index
+}
+
+// Full reports whether the replica is at its cap.
+func (r *Replica) Full() bool { return r.Cap > 0 && r.InFlight >= r.Cap }
+
+// Free reports whether the replica can take one more request now.
+func (r *Replica) Free() bool { return !r.Unavailable && !r.Full() }
+
+// Load is the load figure strategies compare: the router's own in-flight
+// count plus the engine's waiting queue when that is known.
+func (r *Replica) Load() int {
+	l := r.InFlight
+	if r.EngineWaiting > 0 {
+		l += r.EngineWaiting
+	}
+	return l
+}
+
+// Strategy picks a replica for one request. Implementations are safe for
+// concurrent use and deterministic given their seed.
+type Strategy interface {
+	// Name is the strategy's configuration name, e.g. "prefix_load".
+	Name() string
+	// Pick returns the index in replicas of the chosen replica, which is
+	// always Free, or -1 when no replica is Free. keys may be empty.
+	Pick(keys Keys, replicas []Replica) int
+}

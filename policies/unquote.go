@@ -1,0 +1,102 @@
+package policies
+
+import (
+	"bytes"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// unquote decodes a JSON string literal, quotes included, with one copy and
+// one pass. The literal comes from a body encoding/json has already
+// validated, so unquote only has to be correct on valid input; it reports
+// false on anything it does not understand and the caller falls back to
+// encoding/json. Unlike encoding/json it leaves invalid UTF-8 as it is,
+// which is deterministic, and that is all the rendering needs.
+//
+// It exists because prompt text is most of a body: decoding it through a
+// nested json.Unmarshal would scan it twice more.
+func unquote(lit []byte) (string, bool) {
+	if len(lit) < 2 || lit[0] != '"' || lit[len(lit)-1] != '"' {
+		return "", false
+	}
+	s := lit[1 : len(lit)-1]
+	i := bytes.IndexByte(s, '\\')
+	if i < 0 {
+		return string(s), true
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for {
+		b.Write(s[:i])
+		s = s[i:]
+		if len(s) < 2 {
+			return "", false
+		}
+		switch c := s[1]; c {
+		case '"', '\\', '/':
+			b.WriteByte(c)
+		case 'b':
+			b.WriteByte('\b')
+		case 'f':
+			b.WriteByte('\f')
+		case 'n':
+			b.WriteByte('\n')
+		case 'r':
+			b.WriteByte('\r')
+		case 't':
+			b.WriteByte('\t')
+		case 'u':
+			r, ok := hex4(s[2:])
+			if !ok {
+				return "", false
+			}
+			s = s[6:]
+			if utf16.IsSurrogate(r) {
+				r2, ok := rune(-1), false
+				if len(s) >= 6 && s[0] == '\\' && s[1] == 'u' {
+					r2, ok = hex4(s[2:])
+				}
+				if dec := utf16.DecodeRune(r, r2); ok && dec != utf8.RuneError {
+					r = dec
+					s = s[6:]
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			b.WriteRune(r)
+			goto next
+		default:
+			return "", false
+		}
+		s = s[2:]
+	next:
+		i = bytes.IndexByte(s, '\\')
+		if i < 0 {
+			b.Write(s)
+			return b.String(), true
+		}
+	}
+}
+
+// hex4 decodes four hex digits.
+func hex4(s []byte) (rune, bool) {
+	if len(s) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range s[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}

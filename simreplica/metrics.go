@@ -1,0 +1,102 @@
+package simreplica
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The metric names and labels follow vLLM's V1 Prometheus exposition, so a
+// router that scrapes vLLM scrapes the simulated replica unchanged. vLLM
+// is instrumented with the Python client, which appends _total to counter
+// names; client_golang does not, so counters are named here with _total as
+// vLLM exposes them.
+const (
+	metricRunning      = "vllm:num_requests_running"
+	metricWaiting      = "vllm:num_requests_waiting"
+	metricKVUsage      = "vllm:kv_cache_usage_perc"
+	metricPCQueries    = "vllm:prefix_cache_queries_total"
+	metricPCHits       = "vllm:prefix_cache_hits_total"
+	metricPromptTokens = "vllm:prompt_tokens_total"
+	metricGenTokens    = "vllm:generation_tokens_total"
+	metricPreemptions  = "vllm:num_preemptions_total"
+	metricCacheConfig  = "vllm:cache_config_info"
+	metricCachedBlocks = "sim_kv_cached_blocks"
+	metricEvictions    = "sim_kv_evictions_total"
+	metricBusy         = "sim_engine_busy_seconds_total"
+	metricRequests     = "sim_requests_total"
+)
+
+// engineCollector reads the engine's stats at scrape time.
+type engineCollector struct {
+	s      *Server
+	labels []string // model_name, engine values
+
+	running, waiting, kvUsage, queries, hits, promptTok, genTok,
+	preempt, cacheConfig, cachedBlocks, evictions, busy *prometheus.Desc
+}
+
+func newEngineCollector(s *Server) *engineCollector {
+	vl := []string{"engine", "model_name"}
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, vl, nil) }
+	return &engineCollector{
+		s:         s,
+		labels:    []string{"0", s.cfg.Model},
+		running:   d(metricRunning, "Number of requests in model execution batches."),
+		waiting:   d(metricWaiting, "Number of requests waiting to be processed."),
+		kvUsage:   d(metricKVUsage, "KV-cache usage. 1 means 100 percent usage."),
+		queries:   d(metricPCQueries, "Prefix cache queries, in terms of number of queried tokens."),
+		hits:      d(metricPCHits, "Prefix cache hits, in terms of number of cached tokens."),
+		promptTok: d(metricPromptTokens, "Number of prefill tokens processed."),
+		genTok:    d(metricGenTokens, "Number of generation tokens processed."),
+		preempt:   d(metricPreemptions, "Cumulative number of preemption from the engine."),
+		cacheConfig: prometheus.NewDesc(metricCacheConfig, "Information of the LLMEngine CacheConfig",
+			[]string{"block_size", "enable_prefix_caching", "engine", "num_gpu_blocks"}, nil),
+		cachedBlocks: d(metricCachedBlocks, "KV blocks holding reusable prefix content (simulator only)."),
+		evictions:    d(metricEvictions, "Cached KV blocks evicted (simulator only)."),
+		busy:         d(metricBusy, "Modelled engine step time, summed (simulator only)."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.kvUsage, c.queries, c.hits, c.promptTok,
+		c.genTok, c.preempt, c.cacheConfig, c.cachedBlocks, c.evictions, c.busy} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.s.drv.stats()
+	g := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, c.labels...)
+	}
+	cnt := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, c.labels...)
+	}
+	g(c.running, float64(st.Running))
+	g(c.waiting, float64(st.Waiting))
+	g(c.kvUsage, st.KVUsage)
+	cnt(c.queries, float64(st.PrefixCacheQueries))
+	cnt(c.hits, float64(st.PrefixCacheHits))
+	cnt(c.promptTok, float64(st.PromptTokens))
+	cnt(c.genTok, float64(st.GenerationTokens))
+	cnt(c.preempt, float64(st.Preemptions))
+	ch <- prometheus.MustNewConstMetric(c.cacheConfig, prometheus.GaugeValue, 1,
+		strconv.Itoa(st.BlockSize), "True", "0", strconv.Itoa(st.NumBlocks))
+	g(c.cachedBlocks, float64(st.CachedBlocks))
+	cnt(c.evictions, float64(st.Evictions))
+	cnt(c.busy, st.BusyTime.Seconds())
+}
+
+// pathLabel maps a request path to the bounded set of sim_requests_total
+// path label values.
+func pathLabel(p string) string {
+	switch p {
+	case pathChat, pathCompletions, pathModels, pathHealth, pathMetrics,
+		pathSimStats, pathSimStatsReset, pathSimRestart, pathSimFault, pathSimCached:
+		return p
+	}
+	return "other"
+}
