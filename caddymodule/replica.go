@@ -75,13 +75,17 @@ type availability int
 const (
 	availOK      availability = iota
 	availFull                 // at its in-flight cap
-	availCooling              // in cooldown, or its probe is in flight
+	availCooling              // in cooldown
+	availProbing              // its probe is in flight: wait for the answer
 )
 
 // availableLocked reports whether the replica can take a request now.
 func (s *replicaState) availableLocked(now time.Time, limit int) availability {
-	if now.Before(s.coolUntil) || (s.needProbe && s.probing) {
+	if now.Before(s.coolUntil) {
 		return availCooling
+	}
+	if s.needProbe && s.probing {
+		return availProbing
 	}
 	if limit > 0 && s.inFlight >= limit {
 		return availFull

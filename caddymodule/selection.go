@@ -335,8 +335,9 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 			limit = u.MaxRequests
 		}
 		inFlight, avail, coolLeft := st.snapshot(now, limit)
-		unavailable := avail == availCooling || !u.Healthy() || rc.wasTried(addr)
-		if unavailable {
+		down := avail == availCooling || !u.Healthy() || rc.wasTried(addr)
+		unavailable := down || avail == availProbing
+		if down {
 			res.cooling++
 			if coolLeft > 0 && (res.minCool == 0 || coolLeft < res.minCool) {
 				res.minCool = coolLeft

@@ -53,6 +53,8 @@ const (
 
 // Config sets an Engine's capacity, scheduler limits and step costs. Zero
 // fields take their defaults (see DefaultConfig); negative ones are errors.
+// The three step costs default together: only when all three are zero do
+// they take the defaults, otherwise a zero cost means free.
 type Config struct {
 	// NumBlocks is the number of KV cache blocks (vLLM's num_gpu_blocks).
 	NumBlocks int

@@ -16,8 +16,10 @@ import (
 // content chunk and the usage's cached tokens.
 func streamTTFT(t *testing.T, r *replica, prompt string, headers ...string) (time.Duration, int) {
 	t.Helper()
-	body := map[string]any{"model": "m", "prompt": prompt, "max_tokens": 2, "stream": true,
-		"stream_options": map[string]any{"include_usage": true}}
+	b, err := json.Marshal(map[string]any{"model": "m", "prompt": prompt, "max_tokens": 2, "stream": true,
+		"stream_options": map[string]any{"include_usage": true}})
+	require.NoError(t, err)
+	body := string(b)
 	start := time.Now()
 	resp, err := r.post(t, context.Background(), pathCompletions, body, headers...)
 	require.NoError(t, err)
@@ -37,17 +39,25 @@ func streamTTFT(t *testing.T, r *replica, prompt string, headers ...string) (tim
 }
 
 func TestRepeatedPromptHitsCacheAndIsFaster(t *testing.T) {
-	// Speed 5: an 8k-token cold prefill is 4 steps of ~133 ms / 5 = ~106 ms;
-	// a hit computes one 16-token block in ~2 ms.
-	r := startReplica(t, Config{Engine: engine.Config{Speed: 5}})
+	// Speed 2: an 8k-token cold prefill is 4 steps of ~133 ms / 2 = ~266 ms;
+	// a hit computes one 16-token block in ~5.5 ms. The best of a few runs
+	// of each keeps scheduler noise (race detector, busy CI) out.
+	r := startReplica(t, Config{Engine: engine.Config{Speed: 2}})
 	prompt := longText(3, 8000)
 	nTok := len(engine.Tokenize(prompt))
 	require.Greater(t, nTok, 6000)
 
 	cold, cached := streamTTFT(t, r, prompt)
 	assert.Zero(t, cached)
-	hit, cached := streamTTFT(t, r, prompt)
-	assert.Equal(t, (nTok-1)/16*16, cached, "every full block but the last token's")
+	cold2, cached := streamTTFT(t, r, prompt, HeaderFault, "restart")
+	assert.Zero(t, cached, "the restart fault makes it cold again")
+	cold = min(cold, cold2)
+	hit := time.Hour
+	for range 3 {
+		ttft, cached := streamTTFT(t, r, prompt)
+		assert.Equal(t, (nTok-1)/16*16, cached, "every full block but the last token's")
+		hit = min(hit, ttft)
+	}
 	assert.Greater(t, cold, 3*hit, "cold TTFT %v vs hit TTFT %v", cold, hit)
 
 	// Another prompt with the same first half hits that half.

@@ -53,6 +53,7 @@ type Config struct {
 	Stall time.Duration
 	// RestartDown is how long a POST /sim/restart keeps the replica down
 	// (health 503, inference 503) unless the request names down_ms.
+	// Negative means no down time.
 	RestartDown time.Duration
 	// MaxBodyBytes caps request bodies.
 	MaxBodyBytes int64

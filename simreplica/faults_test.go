@@ -26,7 +26,7 @@ func TestStatusFaults(t *testing.T) {
 	r := startReplica(t, Config{})
 	cases := []struct {
 		fault, retryHeader, wantRetry, wantType string
-		status                                   int
+		status                                  int
 	}{
 		{"429", "7", "7", "rate_limit_error", 429},
 		{"503", "", "1", "service_unavailable_error", 503},

@@ -35,6 +35,7 @@ type badRequest struct {
 	param string
 }
 
+// Error returns the message sent to the client.
 func (e *badRequest) Error() string { return e.msg }
 
 func bad(param, format string, args ...any) error {

@@ -32,17 +32,17 @@ func TestParseChatMaxCompletionTokensWins(t *testing.T) {
 
 func TestParseChatErrors(t *testing.T) {
 	for body, param := range map[string]string{
-		``:                                  "",
-		`{`:                                 "",
-		`[]`:                                "",
-		`{"messages":[{"role":"user","content":"x"}]}`:               "model",
-		`{"model":"","messages":[{"role":"user","content":"x"}]}`:    "model",
-		`{"model":"m"}`:                                              "messages",
-		`{"model":"m","messages":[]}`:                                "messages",
-		`{"model":"m","messages":"hi"}`:                              "messages",
-		`{"model":"m","messages":[{"content":"x"}]}`:                 "messages",
-		`{"model":"m","messages":[{"role":"user","content":5}]}`:     "messages",
-		`{"model":"m","messages":[{"role":"user","content":[{}]}]}`:  "messages",
+		``:   "",
+		`{`:  "",
+		`[]`: "",
+		`{"messages":[{"role":"user","content":"x"}]}`:            "model",
+		`{"model":"","messages":[{"role":"user","content":"x"}]}`: "model",
+		`{"model":"m"}`:                                                        "messages",
+		`{"model":"m","messages":[]}`:                                          "messages",
+		`{"model":"m","messages":"hi"}`:                                        "messages",
+		`{"model":"m","messages":[{"content":"x"}]}`:                           "messages",
+		`{"model":"m","messages":[{"role":"user","content":5}]}`:               "messages",
+		`{"model":"m","messages":[{"role":"user","content":[{}]}]}`:            "messages",
 		`{"model":"m","messages":[{"role":"u","content":"x"}],"max_tokens":0}`: "max_tokens",
 	} {
 		_, err := parseChat([]byte(body))

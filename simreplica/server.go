@@ -176,7 +176,8 @@ func (s *Server) CachedPrefixTokens(tokens []uint32) int { return s.drv.cachedPr
 // Serve accepts connections on ln (a TCP listener) until Close. Unlike a
 // plain http.Server it can stop listening while a global "refuse" fault is
 // set, so that clients get connection refused, and listen again on the
-// same address afterwards. It returns nil after Close.
+// same address afterwards. It returns nil after Close (and
+// http.ErrServerClosed, closing ln, if Close came first).
 func (s *Server) Serve(ln net.Listener) error {
 	sl := newSwitchListener(ln)
 	hs := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}

@@ -40,7 +40,9 @@ type Stats struct {
 	Engine EngineStats `json:"engine"`
 }
 
-// EngineStats is the JSON form of engine.Stats.
+// EngineStats is the JSON form of engine.Stats; every field has the
+// meaning of the engine.Stats field of the same name (BusySeconds is
+// BusyTime in seconds).
 type EngineStats struct {
 	Waiting            int     `json:"waiting"`
 	Running            int     `json:"running"`
