@@ -314,6 +314,12 @@ func (sc *scraper) watch(st *replicaState) {
 	}
 }
 
+func (sc *scraper) unwatch(addr string) {
+	sc.mu.Lock()
+	delete(sc.states, addr)
+	sc.mu.Unlock()
+}
+
 func (sc *scraper) stop() {
 	sc.cancel()
 	<-sc.done

@@ -42,6 +42,9 @@ type replicaState struct {
 	probing bool
 	// wakeTimer wakes queued requests when the cooldown ends.
 	wakeTimer *time.Timer
+	// firstSeen is when llmroute first saw the replica; slow start ramps
+	// its cap from there.
+	firstSeen time.Time
 	// engine holds the last engine metrics scraped from the replica.
 	engine engineLoad
 	// feedback tracks the engine's reported cached tokens.
@@ -61,7 +64,7 @@ func (s *replicaState) Destruct() error {
 // acquireReplica returns the state for addr and takes one reference on it.
 func acquireReplica(addr string) *replicaState {
 	v, _, _ := replicas.LoadOrNew(addr, func() (caddy.Destructor, error) {
-		return &replicaState{addr: addr, index: policies.NewIndex(defaultIndexBlocks)}, nil
+		return &replicaState{addr: addr, index: policies.NewIndex(defaultIndexBlocks), firstSeen: time.Now()}, nil
 	})
 	return v.(*replicaState)
 }
@@ -102,6 +105,21 @@ func (s *replicaState) snapshot(now time.Time, limit int) (inFlight int, avail a
 		coolLeft = s.coolUntil.Sub(now)
 	}
 	return s.inFlight, avail, coolLeft
+}
+
+// slowStartLimit ramps a new replica's cap linearly over slowStart, so that
+// a replica that joins (a scale-up, a dynamic upstream) takes load gradually
+// instead of a stampede of every request that finds it idle.
+func (s *replicaState) slowStartLimit(now time.Time, limit int, slowStart time.Duration) int {
+	if slowStart <= 0 || limit <= 0 {
+		return limit
+	}
+	age := now.Sub(s.firstSeen)
+	if age >= slowStart {
+		return limit
+	}
+	l := int(float64(limit) * float64(age) / float64(slowStart))
+	return max(l, 1)
 }
 
 // tryReserve takes one in-flight slot if the replica is available and below

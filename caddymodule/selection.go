@@ -73,6 +73,11 @@ type LLMSelection struct {
 	// residency index until the engine reports its cache size. Default 16384.
 	IndexBlocks int `json:"index_blocks,omitempty"`
 
+	// SlowStart ramps the cap of a replica llmroute has just started to see
+	// (a scale-up, a new dynamic upstream) from 1 to max_in_flight over this
+	// duration, so it takes load gradually. Default 0 (off).
+	SlowStart caddy.Duration `json:"slow_start,omitempty"`
+
 	// Seed makes the strategies' random tie-breaks reproducible. Default 0.
 	Seed uint64 `json:"seed,omitempty"`
 
@@ -92,6 +97,12 @@ type LLMSelection struct {
 	// states holds this policy's reference on each replica state it has
 	// seen, keyed by dial address.
 	states sync.Map // string -> *replicaState
+
+	// poolSig fingerprints the last upstream set seen; a change triggers
+	// the departure check.
+	poolSig  atomic.Uint64
+	poolMu   sync.Mutex
+	poolLast map[string]struct{}
 }
 
 // CaddyModule returns the Caddy module information.
@@ -327,6 +338,7 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 	states := sbuf[:0]
 	var res selectResult
 	res.total = len(pool)
+	p.checkDepartures(pool)
 	for _, u := range pool {
 		addr := u.String()
 		st := p.state(addr)
@@ -334,6 +346,7 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 		if u.MaxRequests > 0 && (limit == 0 || u.MaxRequests < limit) {
 			limit = u.MaxRequests
 		}
+		limit = st.slowStartLimit(now, limit, time.Duration(p.SlowStart))
 		inFlight, avail, coolLeft := st.snapshot(now, limit)
 		down := avail == availCooling || !u.Healthy() || rc.wasTried(addr)
 		unavailable := down || avail == availProbing
@@ -387,6 +400,46 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 	return nil, res
 }
 
+// checkDepartures notices replicas that left the upstream set (dynamic
+// upstreams, a scale-down): their residency index is purged so that a
+// replica coming back under the same address starts cold, as its engine
+// does. Requests still in flight on a departed replica keep their
+// reservation until they end. The common case (same set) costs one hash.
+func (p *LLMSelection) checkDepartures(pool reverseproxy.UpstreamPool) {
+	var sig uint64
+	for _, u := range pool {
+		sig ^= policies.Rendezvous(0x9e3779b97f4a7c15, u.String())
+	}
+	sig ^= uint64(len(pool))
+	if p.poolSig.Load() == sig {
+		return
+	}
+	p.poolMu.Lock()
+	defer p.poolMu.Unlock()
+	if p.poolSig.Load() == sig {
+		return
+	}
+	now := make(map[string]struct{}, len(pool))
+	for _, u := range pool {
+		now[u.String()] = struct{}{}
+	}
+	for addr := range p.poolLast {
+		if _, ok := now[addr]; ok {
+			continue
+		}
+		if v, ok := p.states.LoadAndDelete(addr); ok {
+			st := v.(*replicaState)
+			st.purge("removed")
+			releaseReplica(addr)
+			if p.scraper != nil {
+				p.scraper.unwatch(addr)
+			}
+		}
+	}
+	p.poolLast = now
+	p.poolSig.Store(sig)
+}
+
 // selectUntracked serves requests that did not pass through llm_route: it
 // picks by strategy with Caddy's own request counts and reserves nothing.
 func (p *LLMSelection) selectUntracked(pool reverseproxy.UpstreamPool) *reverseproxy.Upstream {
@@ -416,6 +469,7 @@ func (rc *routeCtx) setReject(r rejectReason, retryAfter time.Duration) {
 //		max_in_flight   <n>
 //		queue_size      <n>
 //		queue_timeout   <duration>
+//		slow_start      <duration>
 //		cooldown        <base> [<max>]
 //		fail_status     <code...>
 //		balance_factor  <float>
@@ -462,15 +516,20 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			case "index_blocks":
 				p.IndexBlocks = n
 			}
-		case "queue_timeout":
+		case "queue_timeout", "slow_start":
+			name := d.Val()
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
 			dur, err := caddy.ParseDuration(d.Val())
 			if err != nil {
-				return d.Errf("queue_timeout: %v", err)
+				return d.Errf("%s: %v", name, err)
 			}
-			p.QueueTimeout = caddy.Duration(dur)
+			if name == "slow_start" {
+				p.SlowStart = caddy.Duration(dur)
+			} else {
+				p.QueueTimeout = caddy.Duration(dur)
+			}
 		case "cooldown":
 			args := d.RemainingArgs()
 			if len(args) < 1 || len(args) > 2 {

@@ -1,0 +1,255 @@
+package caddymodule
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// jsonConfig is the README's JSON example: the policy tagged @id so the
+// admin API can address it directly.
+func jsonConfig(admin, port int, strategy string, upstreams ...string) []byte {
+	ups := make([]map[string]any, len(upstreams))
+	for i, u := range upstreams {
+		ups[i] = map[string]any{"dial": u}
+	}
+	cfg := map[string]any{
+		"admin":   map[string]any{"listen": fmt.Sprintf("127.0.0.1:%d", admin)},
+		"logging": map[string]any{"logs": map[string]any{"default": map[string]any{"level": "ERROR"}}},
+		"apps": map[string]any{"http": map[string]any{"servers": map[string]any{"srv0": map[string]any{
+			"listen": []string{fmt.Sprintf("127.0.0.1:%d", port)},
+			"routes": []any{map[string]any{"handle": []any{
+				map[string]any{"handler": "llm_route"},
+				map[string]any{
+					"handler":   "reverse_proxy",
+					"upstreams": ups,
+					"load_balancing": map[string]any{"selection_policy": map[string]any{
+						"@id": "llm_policy", "policy": "llm", "strategy": strategy, "max_in_flight": 8,
+					}},
+				},
+			}}},
+		}}}},
+	}
+	b, _ := json.Marshal(cfg)
+	return b
+}
+
+// TestTenReloadsUnderStreamingLoad proves hot reload through the admin API
+// (PATCH /id/llm_policy/strategy, alternating strategies, ten times) while
+// streams flow: no request fails, every stream completes, reservations are
+// carried over (none leaked, none doubled), and the residency index
+// survives because the replica set is unchanged.
+func TestTenReloadsUnderStreamingLoad(t *testing.T) {
+	a, b := newFake(t), newFake(t)
+	a.setFault("slow")
+	b.setFault("slow")
+	r := &router{t: t, port: freePort(t), admin: freePort(t)}
+	require.NoError(t, caddy.Load(jsonConfig(r.admin, r.port, "prefix_load", a.addr, b.addr), true))
+	t.Cleanup(func() { _ = caddy.Stop() })
+
+	stop := make(chan struct{})
+	var sent, completed, failed, unread atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200; i++ { // bounded; stop ends it sooner
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("w%d-%d", w, i)
+				sent.Add(1)
+				body := chatBody(strings.Repeat(fmt.Sprintf("tenant %d ", w%3), 40), id, true)
+				resp, err := postRetryUnread(r.url("/v1/chat/completions"), id, body, func() int { return a.count(id) + b.count(id) }, &unread)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				if resp.StatusCode != 200 {
+					failed.Add(1)
+					resp.Body.Close()
+					continue
+				}
+				if _, done, err := readSSE(resp); err != nil || !done {
+					failed.Add(1)
+					continue
+				}
+				completed.Add(1)
+			}
+		}()
+	}
+	waitFor(t, "streams in flight", func() bool { return r.state().TotalInFlight > 0 })
+	strategies := []string{"least_load", "prefix_load", "round_robin", "prefix_affinity"}
+	adminURL := fmt.Sprintf("http://127.0.0.1:%d/id/llm_policy/strategy", r.admin)
+	for i := range 10 {
+		req, _ := http.NewRequest(http.MethodPatch, adminURL, bytes.NewReader([]byte(`"`+strategies[i%len(strategies)]+`"`)))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode, "reload %d", i)
+		time.Sleep(150 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("sent %d, completed %d, failed %d, connection closed before the request was read (retried) %d", sent.Load(), completed.Load(), failed.Load(), unread.Load())
+	assert.Zero(t, failed.Load(), "requests failed because of a reload")
+	assert.Equal(t, sent.Load(), completed.Load())
+	assert.Equal(t, sent.Load(), a.total.Load()+b.total.Load(), "a request was lost or sent twice")
+	r.requireDrained(a.addr, b.addr)
+	assert.Positive(t, r.replica(a.addr).IndexEntries+r.replica(b.addr).IndexEntries, "index lost across reloads")
+	// The strategy that ended up live is the last one patched.
+	resp, err := http.Get(adminURL)
+	require.NoError(t, err)
+	var got string
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&got))
+	resp.Body.Close()
+	assert.Equal(t, strategies[9%len(strategies)], got)
+}
+
+// postRetryUnread posts body and, if the connection fails before any
+// response (Go's server closes idle keep-alive connections when a reload
+// shuts the old server down, racing a client that just reused one), checks
+// that no replica received the request and retries it (up to 3 times), as OpenAI's
+// SDKs do on connection errors.
+func postRetryUnread(url, id, body string, received func() int, unread *atomic.Int64) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Request-Id", id)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil || attempt == 3 {
+			return resp, err
+		}
+		if received() != 0 {
+			return nil, fmt.Errorf("request %s failed after reaching a replica: %w", id, err)
+		}
+		unread.Add(1)
+	}
+}
+
+// TestCooldownSurvivesReload proves a cooling replica stays cooling across
+// a reload that keeps it.
+func TestCooldownSurvivesReload(t *testing.T) {
+	a, b := newFake(t), newFake(t)
+	r := &router{t: t, port: freePort(t), admin: freePort(t)}
+	require.NoError(t, caddy.Load(jsonConfig(r.admin, r.port, "round_robin", a.addr, b.addr), true))
+	t.Cleanup(func() { _ = caddy.Stop() })
+	a.setFault("503")
+	b.setFault("503")
+	for i := range 2 {
+		resp := post(t, r.url("/v1/chat/completions"), "", fmt.Sprint("c", i), "", chatBody("s", "x", false))
+		resp.Body.Close()
+	}
+	require.True(t, r.replica(a.addr).Cooling && r.replica(b.addr).Cooling)
+	require.NoError(t, caddy.Load(jsonConfig(r.admin, r.port, "least_load", a.addr, b.addr), true))
+	assert.True(t, r.replica(a.addr).Cooling, "cooldown forgotten on reload")
+	resp := post(t, r.url("/v1/chat/completions"), "", "after", "", chatBody("s", "x", false))
+	assert.Equal(t, 503, resp.StatusCode)
+	_, code := apiErr(t, resp)
+	assert.Equal(t, "no_healthy_replica", code)
+}
+
+// TestDeparturePurgesIndex proves that when a replica leaves the upstream
+// set a policy sees (dynamic upstreams, scale-down), its index is purged
+// while a request still in flight on it keeps its reservation until it
+// ends.
+func TestDeparturePurgesIndex(t *testing.T) {
+	p := &LLMSelection{}
+	a, b := "127.0.0.1:1", "127.0.0.1:2"
+	stA := p.state(a)
+	stB := p.state(b)
+	t.Cleanup(func() { releaseReplica(b) })
+	stA.index.Insert([]uint64{1, 2, 3})
+	stB.index.Insert([]uint64{4})
+	res, ok := stA.tryReserve(time.Now(), 0)
+	require.True(t, ok)
+
+	p.checkDepartures(reverseproxy.UpstreamPool{{Dial: a}, {Dial: b}})
+	assert.Equal(t, 3, stA.index.Len())
+	p.checkDepartures(reverseproxy.UpstreamPool{{Dial: b}})
+	assert.Zero(t, stA.index.Len(), "departed replica's index kept")
+	assert.Equal(t, 1, stB.index.Len(), "staying replica's index touched")
+	assert.Equal(t, 1, stA.inFlightNow(), "in-flight reservation dropped early")
+	res.release(outcomeSuccess, "", 0, cooldownConfig{base: time.Second, max: time.Second})
+	assert.Zero(t, stA.inFlightNow())
+	_, stillThere := p.states.Load(a)
+	assert.False(t, stillThere)
+}
+
+// TestSlowStartRampsCap proves a joining replica's cap ramps from 1 to the
+// configured cap over slow_start.
+func TestSlowStartRampsCap(t *testing.T) {
+	now := time.Now()
+	st := &replicaState{firstSeen: now}
+	cases := []struct {
+		age  time.Duration
+		want int
+	}{{0, 1}, {250 * time.Millisecond, 2}, {500 * time.Millisecond, 4}, {time.Second, 8}, {time.Hour, 8}}
+	for _, c := range cases {
+		assert.Equal(t, c.want, st.slowStartLimit(now.Add(c.age), 8, time.Second), "age %v", c.age)
+	}
+	assert.Equal(t, 8, st.slowStartLimit(now, 8, 0), "off by default")
+}
+
+// TestJoiningReplicaNoStampede proves, through Caddy, that a replica that
+// joins under slow_start is not handed a burst while it is new.
+func TestJoiningReplicaNoStampede(t *testing.T) {
+	old, fresh := newFake(t), newFake(t)
+	site := func(ups string, slow string) string {
+		return fmt.Sprintf(`
+	llm_route
+	reverse_proxy %s {
+		lb_policy llm least_load {
+			max_in_flight 8
+			slow_start %s
+		}
+	}`, ups, slow)
+	}
+	r := startRouter(t, site(old.addr, "1ms"))
+	resp := post(t, r.url("/v1/chat/completions"), "", "", "", chatBody("s", "warm", false))
+	resp.Body.Close()
+	// Age the old replica's state as if it had served for an hour.
+	replicas.Range(func(k, v any) bool {
+		if k == old.addr {
+			st := v.(*replicaState)
+			st.mu.Lock()
+			st.firstSeen = time.Now().Add(-time.Hour)
+			st.mu.Unlock()
+		}
+		return true
+	})
+	r.load(site(old.addr+" "+fresh.addr, "5s"))
+	hold := make(chan struct{})
+	old.setHold(hold)
+	fresh.setHold(hold)
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp := post(t, r.url("/v1/chat/completions"), "", "", "", chatBody(fmt.Sprint("tenant", i), "q", false))
+			resp.Body.Close()
+		}()
+	}
+	waitFor(t, "burst placed or queued", func() bool { return old.cur.Load()+fresh.cur.Load()+int64(r.state().Queued) == 12 })
+	assert.LessOrEqual(t, fresh.cur.Load(), int64(3), "a joining replica took a stampede (least_load sees it idle)")
+	assert.Equal(t, int64(8), old.cur.Load())
+	close(hold)
+	wg.Wait()
+	r.requireDrained(old.addr, fresh.addr)
+}
