@@ -1,0 +1,90 @@
+package caddymodule
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmroute/caddy-llmroute/engine"
+	"github.com/llmroute/caddy-llmroute/simreplica"
+)
+
+// startSim runs a simulated replica on a loopback port.
+func startSim(t *testing.T, name string) (*simreplica.Server, string) {
+	t.Helper()
+	cfg := simreplica.Config{Name: name, OutputTokens: 4, RestartDown: -1}
+	cfg.Engine = engine.DefaultConfig()
+	cfg.Engine.Speed = 50
+	s, err := simreplica.New(cfg)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(func() { _ = s.Close() })
+	return s, ln.Addr().String()
+}
+
+// TestEngineFeedbackWithSimulatedReplicas proves, against simulated
+// engines, that engine metrics are scraped into the router state, that the
+// prefix predictions are checked against the engine's cached tokens (and
+// are right for a repeated system prompt), and that an engine restart is
+// detected and purges that replica's index.
+func TestEngineFeedbackWithSimulatedReplicas(t *testing.T) {
+	s1, a1 := startSim(t, "sim-1")
+	s2, a2 := startSim(t, "sim-2")
+	r := startRouter(t, fmt.Sprintf(`
+	llm_route {
+		request_usage
+		replica_header X-LLMRoute-Replica
+	}
+	reverse_proxy %s %s {
+		lb_policy llm prefix_load {
+			engine_metrics {
+				interval 50ms
+				timeout 500ms
+			}
+		}
+	}`, a1, a2))
+	sys := strings.Repeat("You are a meticulous assistant who answers in short sentences. ", 30)
+	served := map[string]int{}
+	for i := range 6 {
+		resp := post(t, r.url("/v1/chat/completions"), "", "", "", chatBody(sys, fmt.Sprintf("question %d", i), true))
+		served[resp.Header.Get("X-LLMRoute-Replica")]++
+		_, done, err := readSSE(resp)
+		require.NoError(t, err)
+		require.True(t, done)
+	}
+	require.Len(t, served, 1, "one system prompt, low load: one home")
+	var home string
+	var homeSim *simreplica.Server
+	for a := range served {
+		home = a
+	}
+	homeSim = s1
+	if home == a2 {
+		homeSim = s2
+	}
+	st := r.replica(home)
+	assert.Equal(t, 6, st.Feedback.Checks)
+	assert.Equal(t, 1, st.Feedback.Cold)
+	assert.Equal(t, 5, st.Feedback.Hits, "repeated system prompt: predicted and reported cached")
+	assert.InDelta(t, 1.0, st.Feedback.Precision, 1e-9)
+	waitFor(t, "engine metrics scraped", func() bool {
+		e := r.replica(home).Engine
+		return e != nil && e.Engine == "vllm" && !e.Stale && e.NumBlocks > 0
+	})
+	entries := r.replica(home).IndexEntries
+	require.Positive(t, entries)
+
+	homeSim.Restart(0)
+	waitFor(t, "restart detected and index purged", func() bool {
+		s := r.replica(home)
+		return s.IndexEntries == 0 && s.Feedback.Purges > 0
+	})
+	assert.Equal(t, "counters_reset", r.replica(home).Feedback.LastPurge)
+	r.requireDrained(a1, a2)
+}
