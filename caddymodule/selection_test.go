@@ -333,3 +333,35 @@ func TestMetricsExposed(t *testing.T) {
 		assert.Contains(t, string(body), name)
 	}
 }
+
+// TestRefusedAndFailStatus proves a refused connection is retried on
+// another replica before any byte reaches the client and cools the refusing
+// replica ("transport"), and that a status listed in fail_status cools the
+// replica that answered it while unlisted 4xx do not.
+func TestRefusedAndFailStatus(t *testing.T) {
+	dead := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	live := newFake(t)
+	r := startRouter(t, fmt.Sprintf(`
+	llm_route
+	reverse_proxy %s %s {
+		lb_policy llm round_robin {
+			fail_status 500
+		}
+		lb_retries 1
+	}`, dead, live.addr))
+	for i := range 3 {
+		resp := post(t, r.url("/v1/chat/completions"), "", fmt.Sprint("ref-", i), "", chatBody("s", "x", false))
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode)
+	}
+	st := r.replica(dead)
+	assert.True(t, st.Cooling)
+	assert.Equal(t, "transport", st.CoolReason)
+	assert.Equal(t, 1, st.Failures, "a cooling replica was dialled again")
+
+	resp := post(t, r.url("/v1/chat/completions"), "", "", "500", chatBody("s", "x", false))
+	resp.Body.Close()
+	assert.Equal(t, 500, resp.StatusCode)
+	assert.Equal(t, "5xx", r.replica(live.addr).CoolReason)
+	r.requireDrained(dead, live.addr)
+}
