@@ -141,7 +141,7 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 	rc := &routeCtx{started: time.Now()}
 	var sniff *usageSniffer
 	if r.Method == http.MethodPost {
-		req, apiErr, ok := h.readRequest(r)
+		req, body, apiErr, ok := h.readRequest(r)
 		if !ok {
 			metricRequests.WithLabelValues("", "", "bad_request").Inc()
 			writeAPIError(w, apiErr)
@@ -150,12 +150,15 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 		rc.req = req
 		sniff = &usageSniffer{}
 		if h.RequestUsage && req.Stream && !req.IncludeUsage && req.Endpoint != policies.EndpointResponses {
-			if body, ok := withIncludeUsage(r.Body.(*replayBody).b); ok {
-				r.Body = newReplayBody(body)
-				r.ContentLength = int64(len(body))
+			if b, ok := withIncludeUsage(body); ok {
+				body = b
 				sniff.strip = true
 			}
 		}
+		rc.body = body
+		r.Body = attemptBody(body)
+		r.ContentLength = int64(len(body))
+		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
 	}
 	caddyhttp.SetVar(r.Context(), routeVarKey, rc)
 
@@ -253,19 +256,19 @@ func (h *LLMRoute) finish(r *http.Request, ww *routeWriter, rc *routeCtx, return
 	metricRequests.WithLabelValues(strategy, addr, label).Inc()
 }
 
-// readRequest checks the content type, reads the bounded body once, parses
-// it and puts it back for reverse_proxy.
-func (h *LLMRoute) readRequest(r *http.Request) (*policies.Request, apiError, bool) {
+// readRequest checks the content type, reads the bounded body once and
+// parses it.
+func (h *LLMRoute) readRequest(r *http.Request) (*policies.Request, []byte, apiError, bool) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return nil, errContentType, false
+			return nil, nil, errContentType, false
 		}
 	} else if r.ContentLength != 0 {
-		return nil, errContentType, false
+		return nil, nil, errContentType, false
 	}
 	if r.ContentLength > h.MaxBodyBytes {
-		return nil, errTooLarge, false
+		return nil, nil, errTooLarge, false
 	}
 	var buf bytes.Buffer
 	if r.ContentLength > 0 {
@@ -273,23 +276,20 @@ func (h *LLMRoute) readRequest(r *http.Request) (*policies.Request, apiError, bo
 	}
 	n, err := buf.ReadFrom(io.LimitReader(r.Body, h.MaxBodyBytes+1))
 	if err != nil {
-		return nil, errBodyRead, false
+		return nil, nil, errBodyRead, false
 	}
 	if n > h.MaxBodyBytes {
-		return nil, errTooLarge, false
+		return nil, nil, errTooLarge, false
 	}
 	body := buf.Bytes()
 	req, err := policies.Parse(r.URL.Path, body, h.parseCfg)
 	switch {
 	case errors.Is(err, policies.ErrMissingModel):
-		return nil, errNoModel, false
+		return nil, nil, errNoModel, false
 	case err != nil:
-		return nil, errMalformed, false
+		return nil, nil, errMalformed, false
 	}
-	r.Body = newReplayBody(body)
-	r.ContentLength = int64(len(body))
-	r.Header.Set("Content-Length", strconv.Itoa(len(body)))
-	return req, apiError{}, true
+	return req, body, apiError{}, true
 }
 
 // authorized reports whether r carries one of the configured keys. Both

@@ -176,9 +176,11 @@ func (r *reservation) release(o outcome, reason string, retryAfter time.Duration
 		if r.probe {
 			s.probing = false
 		}
+		opened := false // more than this one slot became usable
 		switch o {
 		case outcomeSuccess:
 			if !s.needProbe || r.probe {
+				opened = s.needProbe
 				s.failures = 0
 				s.needProbe = false
 				s.coolReason = ""
@@ -187,7 +189,13 @@ func (r *reservation) release(o outcome, reason string, retryAfter time.Duration
 			s.failLocked(time.Now(), reason, retryAfter, cd)
 		}
 		s.mu.Unlock()
-		waiters.wake(s.addr)
+		if opened || o == outcomeFailure {
+			// Probe passed: the whole cap opened. Cooling began: queued
+			// requests must look again and be refused if nothing is left.
+			waiters.wakeAllFor(s.addr)
+		} else {
+			waiters.wake(s.addr)
+		}
 	})
 }
 

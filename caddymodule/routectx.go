@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"sync"
 	"time"
@@ -45,6 +46,7 @@ func (r rejectReason) String() string {
 // creates it and releases it) and the policy (which reserves and records).
 type routeCtx struct {
 	req     *policies.Request
+	body    []byte // the body as sent upstream; nil when not read
 	started time.Time
 
 	mu sync.Mutex
@@ -135,29 +137,12 @@ func (rc *routeCtx) finish(o outcome, reason string, retryAfter time.Duration) {
 	}
 }
 
-// replayBody is the request body handed to reverse_proxy. Closing it rewinds
-// it, so that a retry after the transport read and closed the body sends the
-// whole body again without request_buffers. A mutex guards against the
-// transport's writer goroutine closing it while a read is in flight.
-type replayBody struct {
-	mu sync.Mutex
-	r  *bytes.Reader
-	b  []byte
-}
-
-func newReplayBody(b []byte) *replayBody {
-	return &replayBody{r: bytes.NewReader(b), b: b}
-}
-
-func (rb *replayBody) Read(p []byte) (int, error) {
-	rb.mu.Lock()
-	defer rb.mu.Unlock()
-	return rb.r.Read(p)
-}
-
-func (rb *replayBody) Close() error {
-	rb.mu.Lock()
-	rb.r.Reset(rb.b)
-	rb.mu.Unlock()
-	return nil
+// attemptBody returns a fresh reader over the request body for one
+// upstream attempt. Select installs it on the request right before
+// reverse_proxy sends it: the transport of a failed attempt may still hold
+// (and later close) the previous reader on its own goroutine, so sharing
+// one rewinding reader between attempts races and can send a retry a cut
+// body. A new reader per attempt cannot.
+func attemptBody(b []byte) io.ReadCloser {
+	return io.NopCloser(bytes.NewReader(b))
 }

@@ -103,6 +103,9 @@ type LLMSelection struct {
 	poolSig  atomic.Uint64
 	poolMu   sync.Mutex
 	poolLast map[string]struct{}
+
+	// retired is set by Cleanup: a reload replaced this policy.
+	retired atomic.Bool
 }
 
 // CaddyModule returns the Caddy module information.
@@ -164,6 +167,9 @@ func (p *LLMSelection) Provision(ctx caddy.Context) error {
 	if p.EngineMetrics != nil {
 		p.scraper = newScraper(*p.EngineMetrics, p.logger)
 	}
+	livePolicies.Lock()
+	livePolicies.list = append(livePolicies.list, p)
+	livePolicies.Unlock()
 	// A reload may have raised a cap: let queued requests look again.
 	waiters.wakeAll()
 	return nil
@@ -195,6 +201,20 @@ func (p *LLMSelection) Validate() error {
 // Live requests hold their replica state by pointer, so releasing is safe
 // while they stream.
 func (p *LLMSelection) Cleanup() error {
+	p.retired.Store(true)
+	livePolicies.Lock()
+	for i, q := range livePolicies.list {
+		if q == p {
+			livePolicies.list = append(livePolicies.list[:i], livePolicies.list[i+1:]...)
+			break
+		}
+	}
+	livePolicies.Unlock()
+	defer waiters.wakeAll() // queued requests move to the new config's policy
+	successors.Range(func(k, v any) bool {
+		successors.CompareAndDelete(k, p)
+		return true
+	})
 	if p.scraper != nil {
 		p.scraper.stop()
 	}
@@ -209,6 +229,37 @@ func (p *LLMSelection) Cleanup() error {
 		}
 	})
 	return nil
+}
+
+// successors maps an upstream-set signature to the newest policy that has
+// routed for that set. Requests queued under a policy that a reload retired
+// look here so that they are admitted under the new config's limits (a
+// raised cap admits them at once) rather than the old one's.
+var successors sync.Map // uint64 -> *LLMSelection
+
+// livePolicies lists the provisioned policies that no reload has retired.
+var livePolicies struct {
+	sync.Mutex
+	list []*LLMSelection
+}
+
+// live returns the policy that should decide for a request queued under p:
+// p itself until a reload retires it, then the new config's policy for the
+// same upstream set, or, before that one has routed anything, the only llm
+// policy of the new config (with several, it waits for the first).
+func (p *LLMSelection) live() *LLMSelection {
+	if !p.retired.Load() {
+		return p
+	}
+	if v, ok := successors.Load(p.poolSig.Load()); ok {
+		return v.(*LLMSelection)
+	}
+	livePolicies.Lock()
+	defer livePolicies.Unlock()
+	if len(livePolicies.list) == 1 {
+		return livePolicies.list[0]
+	}
+	return p
 }
 
 // stateGracePeriod is how long replica state outlives the last config that
@@ -300,7 +351,7 @@ func (p *LLMSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _
 	waitStart := time.Now()
 	defer func() { metricQueueWait.Observe(time.Since(waitStart).Seconds()) }()
 	for {
-		up, res = p.trySelect(pool, r, rc, keys, start)
+		up, res = p.live().trySelect(pool, r, rc, keys, start)
 		if up != nil {
 			return up
 		}
@@ -394,6 +445,9 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 			st.index.Insert(keys.Blocks)
 		}
 		clearAttemptPlaceholders(r)
+		if rc.body != nil {
+			r.Body = attemptBody(rc.body)
+		}
 		metricDecision.WithLabelValues(p.strategy.Name()).Observe(time.Since(start).Seconds())
 		return pool[i], res
 	}
@@ -438,6 +492,13 @@ func (p *LLMSelection) checkDepartures(pool reverseproxy.UpstreamPool) {
 	}
 	p.poolLast = now
 	p.poolSig.Store(sig)
+	if !p.retired.Load() {
+		if old, loaded := successors.Swap(sig, p); loaded && old != p {
+			// A reload's new policy saw this set: requests queued under
+			// the old one look again under the new limits.
+			waiters.wakeAll()
+		}
+	}
 }
 
 // selectUntracked serves requests that did not pass through llm_route: it

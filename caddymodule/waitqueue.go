@@ -89,12 +89,22 @@ func (wl *waitList) wake(addr string) {
 }
 
 // wakeAll signals every waiter, e.g. after a reload raised a cap.
-func (wl *waitList) wakeAll() {
+func (wl *waitList) wakeAll() { wl.wakeAllFor("") }
+
+// wakeAllFor signals every waiter that may use addr (every waiter when addr
+// is empty). A replica that changed state for more than one slot (it began
+// to cool, so waiters may have to be refused now; its probe succeeded, so
+// its whole cap opened) needs every waiter to look again, in queue order.
+func (wl *waitList) wakeAllFor(addr string) {
 	wl.mu.Lock()
 	defer wl.mu.Unlock()
 	for e := wl.l.Front(); e != nil; e = e.Next() {
+		w := e.Value.(*waiter)
+		if addr != "" && !w.accepts(addr) {
+			continue
+		}
 		select {
-		case e.Value.(*waiter).ch <- struct{}{}:
+		case w.ch <- struct{}{}:
 		default:
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -57,8 +58,14 @@ const (
 	HeaderChunks     = "X-Fake-Chunks"      // number of content chunks, default 5
 	HeaderCutAfter   = "X-Fake-Cut-After"   // chunks sent before a cut, default 2
 	HeaderDelay      = "X-Fake-Delay"       // Go duration between chunks for "slow", default 30ms
-	HeaderRetryAfter = "X-Fake-Retry-After" // Retry-After for 429/503, default "1"; "none" sends none
+	HeaderRetryAfter = "X-Fake-Retry-After" // Retry-After for 429/503, default "1"; "none" sends none; for 500 only when set
 	HeaderStall      = "X-Fake-Stall"       // Go duration a stall lasts at most, default 30s
+	HeaderCutMode    = "X-Fake-Cut-Mode"    // "rst" (default): reset the connection; "fin": close it
+	HeaderCutWait    = "X-Fake-Cut-Wait"    // "1": before a cut, wait for Tracker.Cut(id) (so the test knows what got through)
+	// HeaderEarly "1": answer a status fault before reading the body (as a
+	// rate limiter in front of an engine may), then drain the body slowly
+	// (32 KiB every 5 ms) on the same connection and close it.
+	HeaderEarly = "X-Fake-Early"
 )
 
 // Outcomes recorded for each receipt.
@@ -76,13 +83,14 @@ const (
 type Receipt struct {
 	Replica string    // the replica's address
 	ID      string    // X-Request-Id
-	At      time.Time // when the request arrived (monotonic)
+	At      time.Time // when the request's headers arrived (monotonic)
 	Fault   string    // the fault applied
 	// Authorization is the Authorization header the replica saw.
 	Authorization string
 	// Stream and IncludeUsage are what the body asked for.
 	Stream, IncludeUsage bool
-	// ChunksSent counts content chunks written and flushed.
+	// ChunksSent counts content chunks produced (counted just before each
+	// is written and flushed).
 	ChunksSent int
 	// SentDone is set just before "data: [DONE]" (or a whole JSON answer)
 	// is written: a client that saw [DONE] must have a receipt with it.
@@ -92,6 +100,10 @@ type Receipt struct {
 	Status int
 	// EndedAt is when the handler returned.
 	EndedAt time.Time
+	// BodyLen, ContentLength and BodyErr describe the body as received.
+	BodyLen       int
+	ContentLength int64
+	BodyErr       string
 }
 
 // Tracker records receipts per request id across replicas, holds the step
@@ -101,6 +113,7 @@ type Tracker struct {
 	byID     map[string][]*Receipt
 	total    int
 	gates    map[string]chan struct{}
+	cuts     map[string]chan struct{}
 	changed  chan struct{}
 	maxConc  map[string]int
 	curConc  map[string]int
@@ -112,6 +125,7 @@ func NewTracker() *Tracker {
 	return &Tracker{
 		byID:     make(map[string][]*Receipt),
 		gates:    make(map[string]chan struct{}),
+		cuts:     make(map[string]chan struct{}),
 		changed:  make(chan struct{}),
 		maxConc:  make(map[string]int),
 		curConc:  make(map[string]int),
@@ -174,6 +188,13 @@ func (t *Tracker) Receipts(id string) []Receipt {
 	return out
 }
 
+// ChunksSent returns the chunks sent for id's last receipt.
+func (t *Tracker) ChunksSent(id string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return View{t}.ChunksSent(id)
+}
+
 // IDs returns every request id seen.
 func (t *Tracker) IDs() []string {
 	t.mu.Lock()
@@ -228,6 +249,34 @@ func (t *Tracker) StepAll(id string, n int) {
 	for range n {
 		t.Step(id)
 	}
+}
+
+// Cut makes a FaultStep request with this id, waiting for its next step,
+// die instead: its connection is cut as with FaultCut.
+func (t *Tracker) Cut(id string) {
+	t.mu.Lock()
+	c, ok := t.cuts[id]
+	if !ok {
+		c = make(chan struct{})
+		t.cuts[id] = c
+	}
+	select {
+	case <-c:
+	default:
+		close(c)
+	}
+	t.mu.Unlock()
+}
+
+func (t *Tracker) cutChan(id string) chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c, ok := t.cuts[id]
+	if !ok {
+		c = make(chan struct{})
+		t.cuts[id] = c
+	}
+	return c
 }
 
 func (t *Tracker) gate(id string) chan struct{} {
@@ -300,6 +349,16 @@ func (v View) ChunksSent(id string) int {
 	return rs[len(rs)-1].ChunksSent
 }
 
+// AllEnded reports whether every receipt of id ended (true when none).
+func (v View) AllEnded(id string) bool {
+	for _, r := range v.t.byID[id] {
+		if r.EndedAt.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
 // Concurrent returns the requests the replica at addr is handling now.
 func (v View) Concurrent(addr string) int { return v.t.curConc[addr] }
 
@@ -320,10 +379,36 @@ type Replica struct {
 // Start starts a replica on 127.0.0.1 on a free port, recording into
 // tracker (a new one when nil).
 func Start(tracker *Tracker) (*Replica, error) {
+	return StartWith(tracker, Options{})
+}
+
+// Options tune a replica's listener.
+type Options struct {
+	// RecvBuffer, when set, is the socket receive buffer (SO_RCVBUF) of
+	// its connections: small values make a client that sends a large body
+	// block until the replica reads it.
+	RecvBuffer int
+}
+
+// StartWith starts a replica with options.
+func StartWith(tracker *Tracker, o Options) (*Replica, error) {
 	if tracker == nil {
 		tracker = NewTracker()
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	lc := net.ListenConfig{}
+	if o.RecvBuffer > 0 {
+		lc.Control = func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) {
+				serr = setRecvBuffer(fd, o.RecvBuffer)
+			})
+			if err != nil {
+				return err
+			}
+			return serr
+		}
+	}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
@@ -386,7 +471,7 @@ func (rp *Replica) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	arrived := time.Now()
 	id := r.Header.Get(HeaderRequestID)
 	fault := r.Header.Get(HeaderFault)
 	if fault == "" {
@@ -398,19 +483,30 @@ func (rp *Replica) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f := rp.fault.Load(); f != nil {
 		fault = *f
 	}
+	var body []byte
+	var bodyErr error
+	early := r.Header.Get(HeaderEarly) == "1" && (fault == Fault429 || fault == Fault503 || fault == Fault500)
+	if !early {
+		body, bodyErr = io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	}
 	var req chatRequest
 	jsonErr := json.Unmarshal(body, &req)
 	rc := &Receipt{
-		Replica: rp.addr, ID: id, At: time.Now(), Fault: fault,
+		Replica: rp.addr, ID: id, At: arrived, Fault: fault,
 		Authorization: r.Header.Get("Authorization"),
 		Stream:        req.Stream,
 		IncludeUsage:  req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
+		BodyLen:       len(body),
+		ContentLength: r.ContentLength,
+	}
+	if bodyErr != nil {
+		rc.BodyErr = bodyErr.Error()
 	}
 	rp.tracker.receive(rc)
 	outcome := OutcomeDone
 	defer func() { rp.tracker.end(rc, outcome) }()
 
-	if jsonErr != nil {
+	if jsonErr != nil && !early {
 		outcome = OutcomeBadInput
 		rp.writeError(w, rc, http.StatusBadRequest, "invalid_request_error", "bad body", "")
 		return
@@ -424,12 +520,19 @@ func (rp *Replica) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		delay:    headerDuration(r, HeaderDelay, 30*time.Millisecond),
 		stall:    headerDuration(r, HeaderStall, 30*time.Second),
 		ra:       r.Header.Get(HeaderRetryAfter),
+		cutMode:  r.Header.Get(HeaderCutMode),
+		cutWait:  r.Header.Get(HeaderCutWait) == "1",
 	}
 	if p.ra == "" {
 		p.ra = "1"
 	}
 	ctx := r.Context()
 
+	if early {
+		outcome = OutcomeStatus
+		rp.answerEarly(w, rc, fault, p)
+		return
+	}
 	switch fault {
 	case Fault429:
 		outcome = OutcomeStatus
@@ -441,7 +544,8 @@ func (rp *Replica) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case Fault500:
 		outcome = OutcomeStatus
-		rp.writeError(w, rc, http.StatusInternalServerError, "server_error", "fake replica failed", "")
+		ra := r.Header.Get(HeaderRetryAfter) // only when asked for
+		rp.writeError(w, rc, http.StatusInternalServerError, "server_error", "fake replica failed", ra)
 		return
 	case FaultStall:
 		t := time.NewTimer(p.stall)
@@ -473,40 +577,64 @@ func (rp *Replica) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type params struct {
 	chunks, cutAfter int
 	delay, stall     time.Duration
-	ra               string
+	ra, cutMode      string
+	cutWait          bool
 }
 
-// wait blocks before a chunk as the fault says; it returns false when the
-// request ended meanwhile.
-func (rp *Replica) wait(ctx context.Context, id, fault string, p params) bool {
-	var c <-chan struct{}
+// wait blocks before a chunk as the fault says. It returns waitGo to go
+// on, waitEnd when the request ended meanwhile, waitCut when the test asked
+// for a cut (Tracker.Cut).
+func (rp *Replica) wait(ctx context.Context, id, fault string, p params) waitResult {
+	var c, cut <-chan struct{}
 	var d time.Duration
 	switch fault {
 	case FaultSlow:
 		d = p.delay
 	case FaultStep:
 		c = rp.tracker.gate(id)
+		cut = rp.tracker.cutChan(id)
 		d = p.stall
 	default:
-		return ctx.Err() == nil
+		if ctx.Err() != nil {
+			return waitEnd
+		}
+		return waitGo
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-c:
-		return true
+		return waitGo
+	case <-cut:
+		return waitCut
 	case <-t.C:
-		return fault == FaultSlow
+		if fault == FaultSlow {
+			return waitGo
+		}
+		return waitEnd
 	case <-ctx.Done():
-		return false
+		return waitEnd
 	case <-rp.closed:
-		return false
+		return waitEnd
 	}
 }
 
+type waitResult int
+
+const (
+	waitGo waitResult = iota
+	waitEnd
+	waitCut
+)
+
 func (rp *Replica) answerJSON(w http.ResponseWriter, r *http.Request, rc *Receipt, fault string, p params, usage map[string]any) string {
-	if (fault == FaultSlow || fault == FaultStep) && !rp.wait(r.Context(), rc.ID, fault, p) {
-		return OutcomeCancelled
+	if fault == FaultSlow || fault == FaultStep {
+		switch rp.wait(r.Context(), rc.ID, fault, p) {
+		case waitEnd:
+			return OutcomeCancelled
+		case waitCut:
+			fault = FaultCut
+		}
 	}
 	var sb strings.Builder
 	for k := range p.chunks {
@@ -526,7 +654,7 @@ func (rp *Replica) answerJSON(w http.ResponseWriter, r *http.Request, rc *Receip
 	rp.tracker.update(rc, func(rc *Receipt) { rc.Status = http.StatusOK })
 	if fault == FaultCut {
 		_, _ = w.Write(b[:len(b)/2])
-		rp.cut(w)
+		rp.cutWhenTold(r.Context(), w, rc.ID, p)
 		return OutcomeCut
 	}
 	rp.tracker.update(rc, func(rc *Receipt) { rc.SentDone = true })
@@ -558,20 +686,28 @@ func (rp *Replica) answerStream(w http.ResponseWriter, r *http.Request, rc *Rece
 		}
 	}
 	for k := range p.chunks {
-		if k > 0 && !rp.wait(ctx, rc.ID, fault, p) {
-			return OutcomeCancelled
+		if k > 0 {
+			switch rp.wait(ctx, rc.ID, fault, p) {
+			case waitEnd:
+				return OutcomeCancelled
+			case waitCut:
+				rp.cut(w, p.cutMode)
+				return OutcomeCut
+			}
 		}
 		if fault == FaultCut && k == p.cutAfter {
-			rp.cut(w)
+			rp.cutWhenTold(ctx, w, rc.ID, p)
 			return OutcomeCut
 		}
+		// Counted before the write: a client may read the chunk before
+		// this handler runs again.
+		rp.tracker.update(rc, func(rc *Receipt) { rc.ChunksSent++ })
 		if err := send(chunk(fmt.Sprintf("tok%d ", k), nil)); err != nil {
 			return OutcomeCancelled
 		}
-		rp.tracker.update(rc, func(rc *Receipt) { rc.ChunksSent++ })
 	}
 	if fault == FaultCut {
-		rp.cut(w)
+		rp.cutWhenTold(ctx, w, rc.ID, p)
 		return OutcomeCut
 	}
 	if err := send(chunk("", "stop")); err != nil {
@@ -596,9 +732,59 @@ func (rp *Replica) answerStream(w http.ResponseWriter, r *http.Request, rc *Rece
 	return OutcomeDone
 }
 
+// answerEarly writes a status answer on the raw connection before the
+// request body was read, then reads the body slowly and closes.
+func (rp *Replica) answerEarly(w http.ResponseWriter, rc *Receipt, fault string, p params) {
+	status, _ := strconv.Atoi(fault)
+	conn, buf, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	defer conn.Close()
+	body := fmt.Sprintf(`{"error":{"message":"early %d","type":"rate_limit_error","param":null,"code":"fake_%d"}}`, status, status)
+	ra := ""
+	if p.ra != "" && p.ra != "none" {
+		ra = "Retry-After: " + p.ra + "\r\n"
+	}
+	fmt.Fprintf(buf, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s",
+		status, http.StatusText(status), len(body), ra, body)
+	_ = buf.Flush()
+	rp.tracker.update(rc, func(rc *Receipt) { rc.Status = status })
+	chunk := make([]byte, 32<<10)
+	deadline := time.Now().Add(10 * time.Second)
+	_ = conn.SetReadDeadline(deadline)
+	for time.Now().Before(deadline) {
+		if _, err := buf.Read(chunk); err != nil {
+			return
+		}
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-rp.closed:
+			return
+		}
+	}
+}
+
+// cutWhenTold cuts the connection, first waiting for Tracker.Cut(id) when
+// the request asked for it (bounded by the stall limit).
+func (rp *Replica) cutWhenTold(ctx context.Context, w http.ResponseWriter, id string, p params) {
+	if p.cutWait {
+		_ = http.NewResponseController(w).Flush()
+		t := time.NewTimer(p.stall)
+		defer t.Stop()
+		select {
+		case <-rp.tracker.cutChan(id):
+		case <-ctx.Done():
+		case <-t.C:
+		case <-rp.closed:
+		}
+	}
+	rp.cut(w, p.cutMode)
+}
+
 // cut flushes what was written, takes over the connection and closes it,
 // so that the peer sees the answer end without its terminating chunk.
-func (rp *Replica) cut(w http.ResponseWriter) {
+func (rp *Replica) cut(w http.ResponseWriter, mode string) {
 	rcl := http.NewResponseController(w)
 	_ = rcl.Flush()
 	conn, buf, err := rcl.Hijack()
@@ -606,7 +792,10 @@ func (rp *Replica) cut(w http.ResponseWriter) {
 		panic(http.ErrAbortHandler)
 	}
 	_ = buf.Flush()
-	if tc, ok := conn.(*net.TCPConn); ok {
+	if tc, ok := conn.(*net.TCPConn); ok && mode != "fin" {
+		// A reset discards what the peer has not received yet: let
+		// what was written arrive first, then reset.
+		drainSendQueue(tc, time.Second)
 		_ = tc.SetLinger(0)
 	}
 	_ = conn.Close()

@@ -49,6 +49,8 @@ type SiteConfig struct {
 
 	DialTimeout           time.Duration
 	ResponseHeaderTimeout time.Duration
+	// RequestBuffers, when set, is reverse_proxy's request_buffers size.
+	RequestBuffers string
 
 	// LogLevel is Caddy's default log level (default WARN).
 	LogLevel string
@@ -113,6 +115,9 @@ http://{{.ListenAddr}} {
 		lb_retry_match {
 			expression ` + "`{rp.is_transport_error} == true`" + `
 		}
+{{- end}}
+{{- if .RequestBuffers}}
+		request_buffers {{.RequestBuffers}}
 {{- end}}
 		transport http {
 			dial_timeout {{.DialTimeout}}
@@ -183,6 +188,11 @@ type Caddy struct {
 // data, config and log) and waits until the admin API answers and the site
 // listens at listenAddr.
 func StartCaddy(ctx context.Context, bin, dir, caddyfile, adminAddr, listenAddr string) (*Caddy, error) {
+	// A relative binary would be looked up from dir, caddy's working folder.
+	bin, err := filepath.Abs(bin)
+	if err != nil {
+		return nil, err
+	}
 	cfgPath := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(cfgPath, []byte(caddyfile), 0o600); err != nil {
 		return nil, err

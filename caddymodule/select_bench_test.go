@@ -1,0 +1,250 @@
+package caddymodule
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
+
+	"github.com/llmroute/caddy-llmroute/policies"
+)
+
+// Benchmarks of llmroute's own per-request work, without the network:
+//
+//   - BenchmarkSelect: LLMSelection.Select as reverse_proxy calls it (the
+//     routing context in the request's vars, a pool of Upstreams with Host
+//     set, as Caddy's own selectionpolicies_bench_test.go builds them), then
+//     the release the handler does at the end: the whole decision and
+//     reservation, per strategy, at 8, 64 and 512 replicas.
+//   - BenchmarkHandler: LLMRoute.ServeHTTP with a next handler that selects
+//     and writes an answer through the routeWriter the way reverse_proxy
+//     does (JSON, or SSE with a usage chunk to strip): body read, parse,
+//     prefix keys, select, usage sniffing, feedback, release and metrics.
+//
+// Run: go test ./caddymodule -run '^$' -bench 'Select|Handler' -benchmem
+
+// benchBodies returns n distinct chat bodies of about size bytes over
+// tenants shared system prompts (half of the size).
+func benchBodies(n, size, tenants int, stream bool) [][]byte {
+	word := func(r *rand.Rand, n int) string {
+		var b strings.Builder
+		for b.Len() < n {
+			b.WriteString(strconv.FormatUint(r.Uint64()%100000, 36))
+			b.WriteByte(' ')
+		}
+		return b.String()[:n]
+	}
+	type msg struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	type body struct {
+		Model    string `json:"model"`
+		Stream   bool   `json:"stream"`
+		Messages []msg  `json:"messages"`
+	}
+	out := make([][]byte, n)
+	for i := range out {
+		sr := rand.New(rand.NewPCG(uint64(size), uint64(i%tenants)))
+		ur := rand.New(rand.NewPCG(uint64(size), uint64(1000+i)))
+		b, _ := json.Marshal(body{Model: "bench-model", Stream: stream, Messages: []msg{
+			{Role: "system", Content: word(sr, size/2)},
+			{Role: "user", Content: word(ur, max(size-size/2-120, 16))},
+		}})
+		out[i] = b
+	}
+	return out
+}
+
+// benchPolicy returns a provisioned-enough policy (what Provision sets,
+// without a caddy.Context).
+func benchPolicy(b *testing.B, strategy string, maxInFlight int) *LLMSelection {
+	p := &LLMSelection{Strategy: strategy, MaxInFlight: maxInFlight, QueueSize: 256, BalanceFactor: 1.25, LoadSlack: 2,
+		IndexBlocks: defaultIndexBlocks, logger: zap.NewNop()}
+	p.cd = cooldownConfig{base: 1e9, max: 30e9}
+	p.failStatus = map[int]bool{429: true, 503: true, 500: true, 502: true, 504: true}
+	var err error
+	p.strategy, err = policies.NewStrategy(strategy, policies.Options{BalanceFactor: p.BalanceFactor, LoadSlack: p.LoadSlack})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+// benchPool returns n upstreams with addresses unique to this benchmark
+// (replica state is package-level, keyed by address).
+func benchPool(tag string, n int) reverseproxy.UpstreamPool {
+	pool := make(reverseproxy.UpstreamPool, n)
+	for i := range pool {
+		pool[i] = &reverseproxy.Upstream{Host: new(reverseproxy.Host), Dial: fmt.Sprintf("bench-%s-%d.invalid:%d", tag, n, 8000+i)}
+	}
+	return pool
+}
+
+// benchRequest returns a request whose context carries Caddy's vars and
+// replacer, as it does inside a Caddy server.
+func benchRequest(b *testing.B, body []byte) (*http.Request, map[string]any) {
+	vars := map[string]any{}
+	ctx := context.WithValue(context.Background(), caddyhttp.VarsCtxKey, vars)
+	ctx = context.WithValue(ctx, caddy.ReplacerCtxKey, caddy.NewReplacer())
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://bench/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.Header.Set("Content-Type", "application/json")
+	return r, vars
+}
+
+func BenchmarkSelect(b *testing.B) {
+	const nBodies = 64
+	bodies := benchBodies(nBodies, 4<<10, 8, false)
+	reqs := make([]*policies.Request, nBodies)
+	for i, body := range bodies {
+		var err error
+		if reqs[i], err = policies.Parse("/v1/chat/completions", body, policies.ParseConfig{Deployment: "bench"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, strategy := range []string{"round_robin", "prefix_affinity", "least_load", "prefix_load"} {
+		for _, n := range []int{8, 64, 512} {
+			b.Run(fmt.Sprintf("%s/%d", strategy, n), func(b *testing.B) {
+				p := benchPolicy(b, strategy, 1<<20)
+				pool := benchPool("select-"+strategy, n)
+				r, vars := benchRequest(b, nil)
+				// Warm the indexes: every body once.
+				for i := range reqs {
+					rc := &routeCtx{req: reqs[i]}
+					vars[routeVarKey] = rc
+					if p.Select(pool, r, nil) == nil {
+						b.Fatal("no upstream")
+					}
+					rc.finish(outcomeSuccess, "", 0)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				i := 0
+				for b.Loop() {
+					rc := &routeCtx{req: reqs[i%nBodies]}
+					i++
+					vars[routeVarKey] = rc
+					if p.Select(pool, r, nil) == nil {
+						b.Fatal("no upstream")
+					}
+					rc.finish(outcomeSuccess, "", 0)
+				}
+				b.StopTimer()
+				for _, u := range pool {
+					if n := p.state(u.String()).inFlightNow(); n != 0 {
+						b.Fatalf("%s: %d reservations left", u, n)
+					}
+				}
+			})
+		}
+	}
+}
+
+// benchWriter is a ResponseWriter that keeps nothing.
+type benchWriter struct{ h http.Header }
+
+func (w *benchWriter) Header() http.Header         { return w.h }
+func (w *benchWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *benchWriter) WriteHeader(int)             {}
+func (w *benchWriter) Flush()                      {}
+
+var (
+	benchJSONAnswer = []byte(`{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"bench-model","choices":[{"index":0,"message":{"role":"assistant","content":"token token token token token token"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1024,"completion_tokens":6,"total_tokens":1030,"prompt_tokens_details":{"cached_tokens":512}}}`)
+	benchSSEChunk   = []byte(`data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"bench-model","choices":[{"index":0,"delta":{"content":" token"},"finish_reason":null}]}` + "\n\n")
+	benchSSEFinish  = []byte(`data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"bench-model","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n")
+	benchSSEUsage   = []byte(`data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"bench-model","choices":[],"usage":{"prompt_tokens":1024,"completion_tokens":6,"total_tokens":1030,"prompt_tokens_details":{"cached_tokens":512}}}` + "\n\n")
+	benchSSEDone    = []byte("data: [DONE]\n\n")
+)
+
+func BenchmarkHandler(b *testing.B) {
+	for _, size := range []int{4 << 10, 64 << 10} {
+		for _, stream := range []bool{false, true} {
+			mode := map[bool]string{false: "json", true: "sse"}[stream]
+			b.Run(fmt.Sprintf("%dKiB/%s", size>>10, mode), func(b *testing.B) {
+				const nBodies = 64
+				bodies := benchBodies(nBodies, size, 8, stream)
+				h := &LLMRoute{Deployment: "bench", MaxBodyBytes: 8 << 20, RequestUsage: true, logger: zap.NewNop()}
+				h.parseCfg = policies.ParseConfig{Deployment: h.Deployment}
+				p := benchPolicy(b, "prefix_load", 1<<20)
+				pool := benchPool(fmt.Sprintf("handler-%d-%s", size, mode), 8)
+				next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+					// What reverse_proxy does, minus the network: select,
+					// read the (replayed) body, relay the answer.
+					if p.Select(pool, r, w) == nil {
+						return fmt.Errorf("no upstream")
+					}
+					_, _ = io.Copy(io.Discard, r.Body)
+					_ = r.Body.Close()
+					if !stream {
+						w.Header().Set("Content-Type", "application/json")
+						w.WriteHeader(200)
+						_, _ = w.Write(benchJSONAnswer)
+						return nil
+					}
+					w.Header().Set("Content-Type", "text/event-stream")
+					w.WriteHeader(200)
+					rc := http.NewResponseController(w)
+					for range 6 {
+						_, _ = w.Write(benchSSEChunk)
+						_ = rc.Flush()
+					}
+					for _, c := range [][]byte{benchSSEFinish, benchSSEUsage, benchSSEDone} {
+						_, _ = w.Write(c)
+						_ = rc.Flush()
+					}
+					return nil
+				})
+				vars := map[string]any{}
+				ctx := context.WithValue(context.Background(), caddyhttp.VarsCtxKey, vars)
+				ctx = context.WithValue(ctx, caddy.ReplacerCtxKey, caddy.NewReplacer())
+				base, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://bench/v1/chat/completions", nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				base.Header.Set("Content-Type", "application/json")
+				w := &benchWriter{h: http.Header{}}
+				one := func(i int) {
+					body := bodies[i%nBodies]
+					r := *base
+					r.Body = io.NopCloser(bytes.NewReader(body))
+					r.ContentLength = int64(len(body))
+					clear(w.h)
+					if err := h.ServeHTTP(w, &r, next); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for i := range nBodies {
+					one(i)
+				}
+				b.SetBytes(int64(len(bodies[0])))
+				b.ReportAllocs()
+				b.ResetTimer()
+				i := 0
+				for b.Loop() {
+					one(i)
+					i++
+				}
+				b.StopTimer()
+				for _, u := range pool {
+					if n := p.state(u.String()).inFlightNow(); n != 0 {
+						b.Fatalf("%s: %d reservations left", u, n)
+					}
+				}
+			})
+		}
+	}
+}

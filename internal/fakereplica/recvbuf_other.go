@@ -1,0 +1,5 @@
+//go:build !unix
+
+package fakereplica
+
+func setRecvBuffer(uintptr, int) error { return nil }
