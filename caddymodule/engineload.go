@@ -117,6 +117,8 @@ type EngineLoadStatus struct {
 	Running    float64 `json:"running"`
 	KVUsage    float64 `json:"kv_usage"`
 	NumBlocks  int     `json:"num_gpu_blocks,omitempty"`
+	Queries    float64 `json:"prefix_cache_queries"`
+	Hits       float64 `json:"prefix_cache_hits"`
 	BlockSize  int     `json:"block_size,omitempty"`
 	LastError  string  `json:"last_error,omitempty"`
 }
@@ -129,6 +131,7 @@ func (e *engineLoad) status(now time.Time) *EngineLoadStatus {
 		Engine: e.engine, AgeSeconds: now.Sub(e.at).Seconds(), Stale: e.stale(now),
 		Waiting: e.waiting, Running: e.running, KVUsage: e.kvUsage,
 		NumBlocks: e.numBlocks, BlockSize: e.blockSize, LastError: e.lastErr,
+		Queries: e.queries, Hits: e.hits,
 	}
 }
 

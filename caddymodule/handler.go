@@ -169,6 +169,7 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 		sniff:                 sniff,
 	}
 	ww.onFirstBytes = func() {
+		rc.firstByte()
 		metricTTFB.Observe(time.Since(rc.started).Seconds())
 	}
 

@@ -29,6 +29,9 @@ type replicaState struct {
 	mu sync.Mutex
 	// inFlight counts reservations held on this replica.
 	inFlight int
+	// prefilling counts those reservations whose first byte has not
+	// reached the client yet.
+	prefilling int
 	// failures counts consecutive failures; it drives the backoff.
 	failures int
 	// coolUntil is when the current cooldown ends.
@@ -97,14 +100,14 @@ func (s *replicaState) availableLocked(now time.Time, limit int) availability {
 }
 
 // snapshot returns the fields a strategy needs, under the lock.
-func (s *replicaState) snapshot(now time.Time, limit int) (inFlight int, avail availability, coolLeft time.Duration) {
+func (s *replicaState) snapshot(now time.Time, limit int) (inFlight, prefilling int, avail availability, coolLeft time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	avail = s.availableLocked(now, limit)
 	if now.Before(s.coolUntil) {
 		coolLeft = s.coolUntil.Sub(now)
 	}
-	return s.inFlight, avail, coolLeft
+	return s.inFlight, s.prefilling, avail, coolLeft
 }
 
 // slowStartLimit ramps a new replica's cap linearly over slowStart, so that
@@ -132,7 +135,8 @@ func (s *replicaState) tryReserve(now time.Time, limit int) (*reservation, bool)
 		return nil, false
 	}
 	s.inFlight++
-	r := &reservation{replica: s}
+	s.prefilling++
+	r := &reservation{replica: s, prefilling: true}
 	if s.needProbe {
 		s.probing = true
 		r.probe = true
@@ -159,6 +163,21 @@ type reservation struct {
 	replica *replicaState
 	probe   bool
 	once    sync.Once
+	// prefilling is true until the first byte reached the client; guarded
+	// by replica.mu.
+	prefilling bool
+}
+
+// firstByte records that the answer started: the request no longer delays
+// the first token of requests behind it.
+func (r *reservation) firstByte() {
+	s := r.replica
+	s.mu.Lock()
+	if r.prefilling {
+		r.prefilling = false
+		s.prefilling--
+	}
+	s.mu.Unlock()
 }
 
 // release frees the slot and records the attempt's outcome; failure
@@ -168,6 +187,10 @@ func (r *reservation) release(o outcome, reason string, retryAfter time.Duration
 		s := r.replica
 		s.mu.Lock()
 		s.inFlight--
+		if r.prefilling {
+			r.prefilling = false
+			s.prefilling--
+		}
 		if s.inFlight < 0 {
 			// Cannot happen: release runs once per reservation. Clamp so a
 			// bug shows in tests as a count mismatch, not a negative cap.

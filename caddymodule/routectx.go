@@ -124,6 +124,16 @@ func (rc *routeCtx) endAttempt(o outcome, reason string, retryAfter time.Duratio
 	return rc.currentAddr
 }
 
+// firstByte marks the attempt in progress as answering.
+func (rc *routeCtx) firstByte() {
+	rc.mu.Lock()
+	cur := rc.current
+	rc.mu.Unlock()
+	if cur != nil {
+		cur.firstByte()
+	}
+}
+
 // finish releases whatever is still held; the handler calls it once, from a
 // defer, so that it runs on success, error, abort panic and disconnect.
 func (rc *routeCtx) finish(o outcome, reason string, retryAfter time.Duration) {

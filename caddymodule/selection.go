@@ -61,7 +61,9 @@ type LLMSelection struct {
 
 	// BalanceFactor is prefix_load's load bound: a replica stays a candidate
 	// while its load+1 is at most BalanceFactor times the mean load (+1)
-	// plus LoadSlack. 1.25 is HAProxy's hash-balance-factor 125. Default 1.25.
+	// plus LoadSlack (1.25 is HAProxy's hash-balance-factor 125). Load is
+	// in-flight requests, those still awaiting their first byte counted
+	// twice, plus the engine's queue when known. Default 1.5.
 	BalanceFactor float64 `json:"balance_factor,omitempty"`
 
 	// LoadSlack is the absolute slack, in requests, added to the load bound
@@ -141,7 +143,7 @@ func (p *LLMSelection) Provision(ctx caddy.Context) error {
 		p.FailStatus = []int{500, 502, 504}
 	}
 	if p.BalanceFactor == 0 {
-		p.BalanceFactor = 1.25
+		p.BalanceFactor = policies.DefaultBalanceFactor
 	}
 	if p.LoadSlack == 0 {
 		p.LoadSlack = 2
@@ -398,7 +400,7 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 			limit = u.MaxRequests
 		}
 		limit = st.slowStartLimit(now, limit, time.Duration(p.SlowStart))
-		inFlight, avail, coolLeft := st.snapshot(now, limit)
+		inFlight, prefilling, avail, coolLeft := st.snapshot(now, limit)
 		down := avail == availCooling || !u.Healthy() || rc.wasTried(addr)
 		unavailable := down || avail == availProbing
 		if down {
@@ -411,6 +413,7 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 		view = append(view, policies.Replica{
 			Addr:          addr,
 			InFlight:      inFlight,
+			Prefilling:    prefilling,
 			Cap:           limit,
 			Unavailable:   unavailable,
 			EngineWaiting: waiting,

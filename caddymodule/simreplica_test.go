@@ -75,7 +75,7 @@ func TestEngineFeedbackWithSimulatedReplicas(t *testing.T) {
 	assert.InDelta(t, 1.0, st.Feedback.Precision, 1e-9)
 	waitFor(t, "engine metrics scraped", func() bool {
 		e := r.replica(home).Engine
-		return e != nil && e.Engine == "vllm" && !e.Stale && e.NumBlocks > 0
+		return e != nil && e.Engine == "vllm" && !e.Stale && e.NumBlocks > 0 && e.Queries > 0
 	})
 	entries := r.replica(home).IndexEntries
 	require.Positive(t, entries)

@@ -3,6 +3,7 @@ package policies
 import (
 	"fmt"
 	"math"
+	"sort"
 	"strings"
 	"testing"
 
@@ -261,3 +262,37 @@ func benchmarkPick(b *testing.B, n int) {
 func BenchmarkPick8(b *testing.B)   { benchmarkPick(b, 8) }
 func BenchmarkPick64(b *testing.B)  { benchmarkPick(b, 64) }
 func BenchmarkPick512(b *testing.B) { benchmarkPick(b, 512) }
+
+// TestPrefixLoadColdSecondChoice proves a cold prefix goes home unless the
+// second-ranked replica is less loaded, and never further down the ranking.
+func TestPrefixLoadColdSecondChoice(t *testing.T) {
+	s, err := NewStrategy("prefix_load", Options{})
+	require.NoError(t, err)
+	keys := Keys{Leading: 42, Blocks: []uint64{1, 2}}
+	rs := make([]Replica, 5)
+	for i := range rs {
+		rs[i] = Replica{Addr: fmt.Sprintf("10.0.0.%d:8000", i), EngineWaiting: -1, EngineRunning: -1, KVUsage: -1}
+	}
+	rank := make([]int, len(rs))
+	for i := range rank {
+		rank[i] = i
+	}
+	sort.Slice(rank, func(a, b int) bool {
+		return Rendezvous(keys.Leading, rs[rank[a]].Addr) > Rendezvous(keys.Leading, rs[rank[b]].Addr)
+	})
+	assert.Equal(t, rank[0], s.Pick(keys, rs), "equal load: home")
+	rs[rank[0]].Prefilling = 1
+	rs[rank[0]].InFlight = 1
+	assert.Equal(t, rank[1], s.Pick(keys, rs), "home busier than the second choice")
+	rs[rank[1]].InFlight = 2
+	assert.Equal(t, rank[0], s.Pick(keys, rs), "second choice busier: home")
+}
+
+// TestLoadCountsPrefilling proves requests awaiting their first byte weigh
+// double in Load, and unknown engine figures add nothing.
+func TestLoadCountsPrefilling(t *testing.T) {
+	r := Replica{InFlight: 3, Prefilling: 2, EngineWaiting: -1}
+	assert.Equal(t, 5, r.Load())
+	r.EngineWaiting = 4
+	assert.Equal(t, 9, r.Load())
+}

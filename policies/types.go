@@ -60,6 +60,11 @@ type Replica struct {
 	EngineRunning int
 	// KVUsage is the engine's KV cache usage in [0,1], -1 if unknown.
 	KVUsage float64
+	// Prefilling counts this router's requests on the replica that have
+	// not produced their first byte yet: prompts still being prefilled or
+	// queued. They are the part of the in-flight count that delays a new
+	// request's first token, so Load counts them twice.
+	Prefilling int
 	// Index is the replica's residency index; nil means nothing believed.
 	Index *Index
 }
@@ -71,9 +76,11 @@ func (r *Replica) Full() bool { return r.Cap > 0 && r.InFlight >= r.Cap }
 func (r *Replica) Free() bool { return !r.Unavailable && !r.Full() }
 
 // Load is the load figure strategies compare: the router's own in-flight
-// count plus the engine's waiting queue when that is known.
+// count, plus its requests still waiting for a first byte (a decode step
+// is shared by the batch; a pending prefill delays everyone behind it),
+// plus the engine's waiting queue when that is known.
 func (r *Replica) Load() int {
-	l := r.InFlight
+	l := r.InFlight + max(r.Prefilling, 0)
 	if r.EngineWaiting > 0 {
 		l += r.EngineWaiting
 	}

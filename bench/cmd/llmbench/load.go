@@ -1,0 +1,373 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// workload is one prompt size and stream mode: a fixed set of request
+// bodies, cycled. Bodies share one of tenants system prompts (half the
+// size) and end in a user message of their own, so prefix strategies have
+// shared prefixes to find and every body is distinct.
+type workload struct {
+	size   int
+	stream bool
+	bodies [][]byte
+}
+
+const (
+	tenants        = 8
+	bodiesPerShape = 256
+)
+
+var vocab = strings.Fields(`the of and to in is you that it he was for on are as with his they at be this have from or one had by
+word but not what all were we when your can said there use an each which she do how their if will up other about out many then them
+these so some her would make like him into time has look two more write go see number no way could people my than first water been
+call who oil its now find long down day did get come made may part cache prefix token model replica route stream chunk block hash`)
+
+func words(r *rand.Rand, n int) string {
+	var b strings.Builder
+	b.Grow(n + 16)
+	for b.Len() < n {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(vocab[r.IntN(len(vocab))])
+	}
+	return b.String()[:n]
+}
+
+type chatMsg struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type chatReq struct {
+	Model     string    `json:"model"`
+	Stream    bool      `json:"stream"`
+	MaxTokens int       `json:"max_tokens"`
+	Messages  []chatMsg `json:"messages"`
+}
+
+func makeWorkload(size int, stream bool) workload {
+	sysPrompts := make([]string, tenants)
+	for t := range tenants {
+		r := rand.New(rand.NewPCG(uint64(size), uint64(t)))
+		sysPrompts[t] = fmt.Sprintf("You are the assistant of tenant %d. ", t) + words(r, size/2)
+	}
+	w := workload{size: size, stream: stream}
+	for i := range bodiesPerShape {
+		r := rand.New(rand.NewPCG(uint64(size), uint64(1000+i)))
+		req := chatReq{Model: "bench-model", Stream: stream, MaxTokens: 64, Messages: []chatMsg{
+			{Role: "system", Content: sysPrompts[i%tenants]},
+			{Role: "user", Content: ""},
+		}}
+		b, _ := json.Marshal(req)
+		fill := max(size-len(b), 16)
+		req.Messages[1].Content = fmt.Sprintf("Question %d: ", i) + words(r, fill)
+		b, _ = json.Marshal(req)
+		w.bodies = append(w.bodies, b)
+	}
+	return w
+}
+
+func (w workload) label() string {
+	m := "json"
+	if w.stream {
+		m = "sse"
+	}
+	return fmt.Sprintf("%dKiB/%s", w.size>>10, m)
+}
+
+// newClient returns a client with its own connection pool: keep-alive,
+// no compression, no HTTP/2, at most maxConns connections kept idle.
+func newClient(maxConns int) *http.Client {
+	tr := &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+		MaxIdleConns:          0,
+		MaxIdleConnsPerHost:   maxConns,
+		IdleConnTimeout:       30 * time.Second,
+		DisableCompression:    true,
+		ForceAttemptHTTP2:     false,
+		ResponseHeaderTimeout: 60 * time.Second,
+		WriteBufferSize:       64 << 10,
+		ReadBufferSize:        32 << 10,
+	}
+	return &http.Client{Transport: tr}
+}
+
+var errBadAnswer = errors.New("bad answer")
+
+// doOne sends one request and reads the whole answer. ttfb runs from just
+// before the request is written to the first byte of the response body
+// (for SSE, the first event; for JSON, the answer). It checks the status
+// and that a stream ends with [DONE].
+func doOne(ctx context.Context, cl *http.Client, url string, body []byte, hdr http.Header, buf []byte) (time.Duration, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	t0 := time.Now()
+	resp, err := cl.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	var ttfb time.Duration
+	var tail [16]byte
+	tl := 0
+	total := 0
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if total == 0 {
+				ttfb = time.Since(t0)
+			}
+			total += n
+			if n >= len(tail) {
+				tl = copy(tail[:], buf[n-len(tail):n])
+			} else {
+				var tmp [2 * len(tail)]byte
+				m := copy(tmp[:], tail[:tl])
+				m += copy(tmp[m:], buf[:n])
+				tl = copy(tail[:], tmp[max(0, m-len(tail)):m])
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, total, err
+		}
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, total, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	if total == 0 {
+		return 0, 0, errBadAnswer
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") &&
+		!bytes.HasSuffix(tail[:tl], []byte("data: [DONE]\n\n")) {
+		return 0, total, fmt.Errorf("%w: stream did not end with [DONE]", errBadAnswer)
+	}
+	return ttfb, total, nil
+}
+
+// phaseResult is what one load phase measured.
+type phaseResult struct {
+	ok, errs int
+	firstErr string
+	skipped  int // open loop: sends skipped because maxOutstanding were in flight
+	wall     time.Duration
+	ttfb     []time.Duration // sorted
+	bytes    int64
+}
+
+func (p *phaseResult) rps() float64 {
+	if p.wall <= 0 {
+		return 0
+	}
+	return float64(p.ok) / p.wall.Seconds()
+}
+
+// pct returns the nearest-rank percentile q (0..1) of the sorted TTFBs in ms.
+func (p *phaseResult) pct(q float64) float64 {
+	n := len(p.ttfb)
+	if n == 0 {
+		return 0
+	}
+	i := int(float64(n)*q+0.999999) - 1
+	i = min(max(i, 0), n-1)
+	return float64(p.ttfb[i]) / float64(time.Millisecond)
+}
+
+type collector struct {
+	mu sync.Mutex
+	r  phaseResult
+}
+
+func (c *collector) add(ttfbs []time.Duration, ok, errs int, firstErr error, bytes int64) {
+	c.mu.Lock()
+	c.r.ttfb = append(c.r.ttfb, ttfbs...)
+	c.r.ok += ok
+	c.r.errs += errs
+	c.r.bytes += bytes
+	if firstErr != nil && c.r.firstErr == "" {
+		c.r.firstErr = firstErr.Error()
+	}
+	c.mu.Unlock()
+}
+
+func (c *collector) result(wall time.Duration) phaseResult {
+	r := c.r
+	r.wall = wall
+	sort.Slice(r.ttfb, func(i, j int) bool { return r.ttfb[i] < r.ttfb[j] })
+	return r
+}
+
+// closedLoop runs conc workers, each sending its next request as soon as
+// the last one ended, until dur has passed (or maxReq requests were sent,
+// when maxReq > 0). Requests in flight at the deadline complete and count.
+func closedLoop(cl *http.Client, url string, w workload, conc int, dur time.Duration, maxReq int) phaseResult {
+	var next atomic.Int64
+	var col collector
+	ctx, cancel := context.WithTimeout(context.Background(), dur+60*time.Second)
+	defer cancel()
+	start := time.Now()
+	deadline := start.Add(dur)
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 32<<10)
+			var ttfbs []time.Duration
+			ok, errs := 0, 0
+			var firstErr error
+			var nbytes int64
+			for time.Now().Before(deadline) {
+				i := next.Add(1) - 1
+				if maxReq > 0 && i >= int64(maxReq) {
+					break
+				}
+				t, n, err := doOne(ctx, cl, url, w.bodies[int(i)%len(w.bodies)], nil, buf)
+				nbytes += int64(n)
+				if err != nil {
+					errs++
+					if firstErr == nil {
+						firstErr = err
+					}
+					if ctx.Err() != nil {
+						break
+					}
+					continue
+				}
+				ok++
+				ttfbs = append(ttfbs, t)
+			}
+			col.add(ttfbs, ok, errs, firstErr, nbytes)
+		}()
+	}
+	wg.Wait()
+	return col.result(time.Since(start))
+}
+
+// openLoop sends rate requests per second, evenly spaced, for dur,
+// whatever the answers do (at most maxOut in flight; a send that finds
+// maxOut in flight is skipped and counted). It measures latency without
+// the queueing a saturated closed loop adds.
+func openLoop(cl *http.Client, url string, w workload, rate int, dur time.Duration, maxOut int) phaseResult {
+	var col collector
+	ctx, cancel := context.WithTimeout(context.Background(), dur+60*time.Second)
+	defer cancel()
+	sem := make(chan struct{}, maxOut)
+	bufs := sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	n := int(dur / interval)
+	skipped := 0
+	var wg sync.WaitGroup
+	for i := range n {
+		at := start.Add(time.Duration(i) * interval)
+		if d := time.Until(at); d > 0 {
+			time.Sleep(d)
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			skipped++
+			continue
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			bp := bufs.Get().(*[]byte)
+			t, nb, err := doOne(ctx, cl, url, w.bodies[i%len(w.bodies)], nil, *bp)
+			bufs.Put(bp)
+			if err != nil {
+				col.add(nil, 0, 1, err, int64(nb))
+				return
+			}
+			col.add([]time.Duration{t}, 1, 0, nil, int64(nb))
+		}(i)
+	}
+	wg.Wait()
+	r := col.result(time.Since(start))
+	r.skipped = skipped
+	return r
+}
+
+func sortDurations(d []time.Duration) {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+}
+
+// openLoopMulti is openLoop over several targets at once: one fixed-rate
+// stream of ratePerTarget*len(urls) requests/s whose request i goes to
+// target i%len(urls), with the same sequence of bodies for every target.
+// Every target is thus measured in the same time window, under the same
+// noise, which is what a comparison of tail latencies needs on a shared
+// machine.
+func openLoopMulti(clients []*http.Client, urls []string, w workload, ratePerTarget int, dur time.Duration, maxOut int) []phaseResult {
+	k := len(urls)
+	cols := make([]collector, k)
+	skipped := make([]int, k)
+	ctx, cancel := context.WithTimeout(context.Background(), dur+60*time.Second)
+	defer cancel()
+	sem := make(chan struct{}, maxOut)
+	bufs := sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+	interval := time.Second / time.Duration(ratePerTarget*k)
+	start := time.Now()
+	n := int(dur/interval) / k * k
+	var wg sync.WaitGroup
+	for i := range n {
+		at := start.Add(time.Duration(i) * interval)
+		if d := time.Until(at); d > 0 {
+			time.Sleep(d)
+		}
+		ti := i % k
+		select {
+		case sem <- struct{}{}:
+		default:
+			skipped[ti]++
+			continue
+		}
+		wg.Add(1)
+		go func(i, ti int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			bp := bufs.Get().(*[]byte)
+			t, nb, err := doOne(ctx, clients[ti], urls[ti], w.bodies[(i/k)%len(w.bodies)], nil, *bp)
+			bufs.Put(bp)
+			if err != nil {
+				cols[ti].add(nil, 0, 1, err, int64(nb))
+				return
+			}
+			cols[ti].add([]time.Duration{t}, 1, 0, nil, int64(nb))
+		}(i, ti)
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	out := make([]phaseResult, k)
+	for i := range cols {
+		out[i] = cols[i].result(wall)
+		out[i].skipped = skipped[i]
+	}
+	return out
+}

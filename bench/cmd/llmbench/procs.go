@@ -1,0 +1,325 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// clkTck is USER_HZ, the unit of utime and stime in /proc/<pid>/stat. It is
+// 100 on every Linux architecture Go supports outside of exotic kernels.
+const clkTck = 100
+
+// procCPU returns the user+system CPU seconds of pid, all threads.
+func procCPU(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name is in parentheses and may hold spaces: fields
+	// start after the last ')'. utime and stime are fields 14 and 15, so
+	// 12th and 13th after the state field (index 0 here).
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("bad stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("short stat")
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("bad stat fields")
+	}
+	return float64(ut+st) / clkTck, nil
+}
+
+// procStatusKB returns a "Vm..." field of /proc/<pid>/status in KiB.
+func procStatusKB(pid int, field string) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			v = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB"))
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s", field)
+}
+
+// resetHWM resets the peak RSS (VmHWM) of pid to its current RSS, so that a
+// long-lived proxy's peak can be read per measurement (Linux >= 4.0, needs
+// to own the process or be root). It reports whether that worked.
+func resetHWM(pid int) bool {
+	return os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0) == nil
+}
+
+// systemCPU returns the busy and total CPU seconds of the whole machine
+// from /proc/stat (busy = total - idle - iowait).
+func systemCPU() (busy, total float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return 0, 0
+	}
+	var sum, idle uint64
+	for i, s := range f[1:] {
+		v, _ := strconv.ParseUint(s, 10, 64)
+		if i >= 8 { // guest and guest_nice are already in user and nice
+			break
+		}
+		sum += v
+		if i == 3 || i == 4 {
+			idle += v
+		}
+	}
+	return float64(sum-idle) / clkTck, float64(sum) / clkTck
+}
+
+func loadAvg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return ""
+}
+
+// pinSelf restricts every thread of this process to cpus and sets
+// GOMAXPROCS to match. Threads created later inherit the mask from the
+// thread that creates them, so pinning all current threads (twice, to
+// catch one created meanwhile) pins the process.
+func pinSelf(cpus []int) error {
+	var set unix.CPUSet
+	for _, c := range cpus {
+		set.Set(c)
+	}
+	for range 2 {
+		ents, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			tid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			if err := unix.SchedSetaffinity(tid, &set); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func cpuList(cpus []int) string {
+	s := make([]string, len(cpus))
+	for i, c := range cpus {
+		s[i] = strconv.Itoa(c)
+	}
+	return strings.Join(s, ",")
+}
+
+// child is a process llmbench started and stops.
+type child struct {
+	name string
+	cmd  *exec.Cmd
+	pid  int
+	log  string
+	done chan struct{}
+	// stdin, when set, is closed to ask the child to exit.
+	stdin io.WriteCloser
+}
+
+// startChild starts argv, pinned to cpus with taskset when cpus is set,
+// with GOMAXPROCS=gomaxprocs (0: unset), stdout+stderr to logPath.
+func startChild(name string, argv []string, cpus []int, gomaxprocs int, env []string, logPath string, stdout io.Writer) (*child, error) {
+	if len(cpus) > 0 && tasksetPath != "" {
+		argv = append([]string{tasksetPath, "-c", cpuList(cpus)}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	if gomaxprocs > 0 {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(gomaxprocs))
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = logf
+	if stdout != nil {
+		cmd.Stdout = stdout
+	} else {
+		cmd.Stdout = logf
+	}
+	// Die with llmbench, whatever kills it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	c := &child{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	if stdout != nil {
+		// Only the upstream reads stdin (to notice the parent closing it).
+		c.stdin, err = cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	c.pid = cmd.Process.Pid
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (c *child) alive() bool {
+	select {
+	case <-c.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop asks the child to exit (SIGTERM, then SIGKILL after 5 s).
+func (c *child) stop() {
+	if c == nil || !c.alive() {
+		return
+	}
+	if c.stdin != nil {
+		c.stdin.Close()
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(5 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+func (c *child) logTail() string {
+	b, _ := os.ReadFile(c.log)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// waitListen waits until addr accepts TCP connections.
+func waitListen(ctx context.Context, c *child, addr string) error {
+	for {
+		conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			conn.Close()
+			return nil
+		}
+		if !c.alive() {
+			return fmt.Errorf("%s exited: %s", c.name, c.logTail())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not listen on %s: %s", c.name, addr, c.logTail())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startUpstreamChild runs this binary with -role=upstream.
+func startUpstreamChild(dir string, n int, cpus []int) (*child, []string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	pr, pw := io.Pipe()
+	c, err := startChild("upstream", []string{exe, "-role=upstream", "-upstreams=" + strconv.Itoa(n)}, cpus, len(cpus), nil,
+		filepath.Join(dir, "upstream.log"), pw)
+	if err != nil {
+		return nil, nil, err
+	}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "LISTEN "); ok {
+				lines <- a
+			}
+		}
+	}()
+	select {
+	case a := <-lines:
+		return c, strings.Split(a, ","), nil
+	case <-time.After(20 * time.Second):
+		c.stop()
+		return nil, nil, fmt.Errorf("upstream did not start: %s", c.logTail())
+	}
+}
+
+// httpGet is a bounded GET for admin endpoints.
+func httpGet(url string, timeout time.Duration) ([]byte, error) {
+	cl := &http.Client{Timeout: timeout}
+	resp, err := cl.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != 200 {
+		return b, fmt.Errorf("GET %s: %s: %s", url, resp.Status, bytes.TrimSpace(b))
+	}
+	return b, nil
+}
+
+// httpPost is a bounded, empty POST.
+func httpPost(url string, timeout time.Duration) ([]byte, error) {
+	cl := &http.Client{Timeout: timeout}
+	resp, err := cl.Post(url, "text/plain", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		return b, fmt.Errorf("POST %s: %s", url, resp.Status)
+	}
+	return b, nil
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// target is one thing the load generator talks to.
+type target struct {
+	name  string // direct, caddy, llm_<strategy>, haproxy
+	url   string // POST URL
+	admin string // Caddy admin address, "" if none
+	proc  *child // the proxy process; nil for direct
+}
+
+func (t *target) pid() int {
+	if t.proc == nil {
+		return 0
+	}
+	return t.proc.pid
+}
+
+func isLLM(name string) bool { return strings.HasPrefix(name, "llm_") }
+
+// startCaddyTarget writes a Caddyfile and runs `caddy run` pinned to cpus.
+func startCaddyTarget(env *benchEnv, name, caddyfile string) (*target, error) {
+	dir := filepath.Join(env.workdir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	admin, listen := env.adminAddrs[name], env.listenAddrs[name]
+	cfg := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(cfg, []byte(caddyfile), 0o644); err != nil {
+		return nil, err
+	}
+	xdg := []string{"HOME=" + dir, "XDG_DATA_HOME=" + filepath.Join(dir, "data"), "XDG_CONFIG_HOME=" + filepath.Join(dir, "config")}
+	bin := env.caddyBin
+	if alt := env.altBins[name]; alt != "" {
+		bin = alt
+	}
+	c, err := startChild(name, []string{bin, "run", "--config", cfg, "--adapter", "caddyfile"},
+		env.proxyCPUs, len(env.proxyCPUs), xdg, filepath.Join(dir, "caddy.log"), nil)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := waitListen(ctx, c, admin); err != nil {
+		c.stop()
+		return nil, err
+	}
+	if err := waitListen(ctx, c, listen); err != nil {
+		c.stop()
+		return nil, err
+	}
+	return &target{name: name, url: "http://" + listen + "/v1/chat/completions", admin: admin, proc: c}, nil
+}
+
+// startHAProxyTarget runs haproxy in the foreground (-db) pinned to cpus.
+func startHAProxyTarget(env *benchEnv, name string) (*target, error) {
+	dir := filepath.Join(env.workdir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	listen := env.listenAddrs[name]
+	cfg := filepath.Join(dir, "haproxy.cfg")
+	if err := os.WriteFile(cfg, []byte(haproxyConfig(listen, env.upstreams, len(env.proxyCPUs), env.haproxyBalance)), 0o644); err != nil {
+		return nil, err
+	}
+	c, err := startChild(name, []string{env.haproxyBin, "-db", "-f", cfg}, env.proxyCPUs, 0, nil, filepath.Join(dir, "haproxy.log"), nil)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := waitListen(ctx, c, listen); err != nil {
+		c.stop()
+		return nil, err
+	}
+	return &target{name: name, url: "http://" + listen + "/v1/chat/completions", proc: c}, nil
+}
+
+// startTarget starts the named target.
+func startTarget(env *benchEnv, name string, maxInFlight int) (*target, error) {
+	full := name
+	if env.adminAddrs[name] == "" {
+		env.adminAddrs[name], env.listenAddrs[name] = freeAddr(), freeAddr()
+	}
+	base, _, _ := strings.Cut(name, "@") // llm_prefix_load@<binary>: another caddy build
+	switch name := base; {
+	case name == "direct":
+		return &target{name: name, url: "http://" + env.upstreams[0] + "/v1/chat/completions"}, nil
+	case name == "caddy":
+		return startCaddyTarget(env, full, stockCaddyfile(env.adminAddrs[full], env.listenAddrs[full], env.upstreams))
+	case name == "haproxy":
+		return startHAProxyTarget(env, name)
+	case isLLM(name):
+		strategy, usage := strings.TrimPrefix(name, "llm_"), true
+		if s, ok := strings.CutSuffix(strategy, "_nousage"); ok {
+			strategy, usage = s, false
+		}
+		return startCaddyTarget(env, full, llmCaddyfile(env.adminAddrs[full], env.listenAddrs[full], env.upstreams, strategy, maxInFlight, usage))
+	}
+	return nil, fmt.Errorf("unknown target %q", name)
+}
+
+// llmState reads total_in_flight and queued from /llm_route/state.
+func llmState(admin string) (inFlight, queued int, err error) {
+	b, err := httpGet("http://"+admin+"/llm_route/state", 3*time.Second)
+	if err != nil {
+		return 0, 0, err
+	}
+	var st struct {
+		TotalInFlight int `json:"total_in_flight"`
+		Queued        int `json:"queued"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return 0, 0, err
+	}
+	return st.TotalInFlight, st.Queued, nil
+}
+
+// waitReleased polls /llm_route/state until nothing is in flight or queued.
+func waitReleased(admin string, timeout time.Duration) (int, int, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		inf, q, err := llmState(admin)
+		if err == nil && inf == 0 && q == 0 {
+			return 0, 0, nil
+		}
+		if time.Now().After(deadline) {
+			return inf, q, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,220 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/llmroute/caddy-llmroute/engine"
+	"github.com/llmroute/caddy-llmroute/policies"
+)
+
+// Policies lists every policy the simulator compares, in report order. The
+// four of policies.StrategyNames run the router's own code; random,
+// bounded_hash and oracle are reference points defined here.
+var Policies = []string{"random", "round_robin", "prefix_affinity", "least_load", "prefix_load", "bounded_hash", "oracle"}
+
+// picker chooses a replica for one request, like policies.Strategy but
+// with access to the whole request (the reference policies need its hash
+// key or its tokens).
+type picker interface {
+	pick(f *flight, view []policies.Replica) int
+}
+
+// strategyPicker runs a policies.Strategy: the decision code of the Caddy
+// module, unchanged.
+type strategyPicker struct{ s policies.Strategy }
+
+func (p strategyPicker) pick(f *flight, view []policies.Replica) int {
+	return p.s.Pick(f.req.Keys, view)
+}
+
+// randomPicker picks a Free replica uniformly at random.
+type randomPicker struct{ rng *rand.Rand }
+
+func (p randomPicker) pick(_ *flight, view []policies.Replica) int {
+	n := 0
+	for i := range view {
+		if view[i].Free() {
+			n++
+		}
+	}
+	if n == 0 {
+		return -1
+	}
+	k := p.rng.IntN(n)
+	for i := range view {
+		if view[i].Free() {
+			if k == 0 {
+				return i
+			}
+			k--
+		}
+	}
+	return -1
+}
+
+// boundedHash is consistent hashing with bounded loads on the request's
+// leading bytes, what HAProxy's `balance hash` with `hash-balance-factor
+// 125` (or KubeAI's CHWBL) gives today: walk the replicas in the key's
+// rendezvous order and take the first whose load+1 fits in
+// ceil(factor*(total+1)/n). HAProxy allots ceil(factor*(served+1)) slots
+// spread over the servers, so the per-server bound rounds up. Load is the
+// router's own in-flight count: a load balancer knows nothing of the
+// engine's queue.
+type boundedHash struct {
+	factor float64
+	order  []int // scratch
+}
+
+func (p *boundedHash) pick(f *flight, view []policies.Replica) int {
+	n, total := 0, 0
+	for i := range view {
+		if view[i].Free() {
+			n++
+			total += view[i].InFlight
+		}
+	}
+	if n == 0 {
+		return -1
+	}
+	bound := int(math.Ceil(p.factor * float64(total+1) / float64(n)))
+	best, bestScore := -1, uint64(0)
+	// One pass: the highest-ranked replica within the bound. Walking the
+	// rendezvous order and stopping at the first eligible one is the same.
+	for i := range view {
+		r := &view[i]
+		if !r.Free() || r.InFlight+1 > bound {
+			continue
+		}
+		if sc := policies.Rendezvous(f.req.HashKey, r.Addr); best < 0 || sc > bestScore {
+			best, bestScore = i, sc
+		}
+	}
+	if best < 0 { // unreachable: the least-loaded Free replica is within the bound
+		for i := range view {
+			if view[i].Free() {
+				return i
+			}
+		}
+	}
+	return best
+}
+
+// oracle is prefix_load with perfect knowledge: the same candidates (the
+// same load bound, slack and KV-saturation rule), but it follows the true
+// cached prefix of every candidate (engine.CachedPrefixTokens) instead of
+// the router's index. Ties and cold prefixes go by the same rendezvous
+// rank (home, or the second-ranked candidate when less loaded). It is the upper bound of what a better residency hint can give
+// prefix_load; it is not an upper bound of every conceivable policy.
+type oracle struct {
+	opts    policies.Options
+	engines []*engine.Engine
+	least   policies.Strategy
+}
+
+func (p *oracle) pick(f *flight, view []policies.Replica) int {
+	n, total := 0, 0
+	minAll, minUnsat, unsat := 0, 0, 0
+	for i := range view {
+		r := &view[i]
+		if !r.Free() {
+			continue
+		}
+		l := r.Load()
+		if n == 0 || l < minAll {
+			minAll = l
+		}
+		n++
+		total += l
+		if r.KVUsage < 0.95 {
+			if unsat == 0 || l < minUnsat {
+				minUnsat = l
+			}
+			unsat++
+		}
+	}
+	if n == 0 {
+		return -1
+	}
+	if f.req.Keys.Leading == 0 {
+		return p.least.Pick(f.req.Keys, view)
+	}
+	allSat, minLoad := unsat == 0, minUnsat
+	if allSat {
+		minLoad = minAll
+	}
+	bound := int(math.Ceil(p.opts.BalanceFactor*float64(total+1)/float64(n))) + p.opts.LoadSlack
+	best, bestMatch, bestScore := -1, 0, uint64(0)
+	home, homeScore, second, secondScore := -1, uint64(0), -1, uint64(0)
+	for i := range view {
+		r := &view[i]
+		if !r.Free() || (!allSat && r.KVUsage >= 0.95) {
+			continue
+		}
+		if l := r.Load(); l+1 > bound && l != minLoad {
+			continue
+		}
+		sc := policies.Rendezvous(f.req.Keys.Leading, r.Addr)
+		switch {
+		case home < 0 || sc > homeScore:
+			second, secondScore = home, homeScore
+			home, homeScore = i, sc
+		case second < 0 || sc > secondScore:
+			second, secondScore = i, sc
+		}
+		m := p.engines[i].CachedPrefixTokens(f.tokens)
+		if best < 0 || m > bestMatch || (m == bestMatch && sc > bestScore) {
+			best, bestMatch, bestScore = i, m, sc
+		}
+	}
+	if bestMatch > 0 {
+		return best
+	}
+	// The same cold path as prefix_load: home, or the second-ranked
+	// candidate when it is less loaded.
+	if second >= 0 && view[second].Load() < view[home].Load() {
+		return second
+	}
+	return home
+}
+
+// newPicker builds the named policy for one router instance.
+func newPicker(name string, opts policies.Options, seed uint64, engines []*engine.Engine) (picker, error) {
+	switch name {
+	case "random":
+		return randomPicker{rng: rand.New(rand.NewPCG(seed, 0x72616e64))}, nil
+	case "bounded_hash":
+		return &boundedHash{factor: policies.DefaultBalanceFactor}, nil
+	case "oracle", "prefix_load_p2c":
+		o := opts
+		if o.BalanceFactor == 0 {
+			o.BalanceFactor = policies.DefaultBalanceFactor
+		}
+		switch {
+		case o.LoadSlack == 0:
+			o.LoadSlack = policies.DefaultLoadSlack
+		case o.LoadSlack < 0:
+			o.LoadSlack = 0
+		}
+		ll, err := policies.NewStrategy("least_load", policies.Options{Seed: seed})
+		if err != nil {
+			return nil, err
+		}
+		if o.MinMatchBlocks < 1 {
+			o.MinMatchBlocks = policies.DefaultMinMatchBlocks
+		}
+		if name == "prefix_load_p2c" {
+			return &prefixLoadP2C{opts: o, least: ll}, nil
+		}
+		return &oracle{opts: o, engines: engines, least: ll}, nil
+	}
+	o := opts
+	o.Seed = seed
+	s, err := policies.NewStrategy(name, o)
+	if err != nil {
+		return nil, fmt.Errorf("sim: unknown policy %q (valid: %s)", name, strings.Join(Policies, ", "))
+	}
+	return strategyPicker{s: s}, nil
+}
