@@ -71,6 +71,12 @@ type LLMSelection struct {
 	// idle. Default 2.
 	LoadSlack int `json:"load_slack,omitempty"`
 
+	// ColdChoices is how many rendezvous-ranked replicas prefix_load may
+	// send a cold prefix to: 2 (default) uses the second when it is less
+	// loaded, which cuts tail latency; 1 always uses the first, so that
+	// several router instances pick the same replica even under load.
+	ColdChoices int `json:"cold_choices,omitempty"`
+
 	// IndexBlocks is the capacity, in 128-byte blocks, of each replica's
 	// residency index until the engine reports its cache size. Default 16384.
 	IndexBlocks int `json:"index_blocks,omitempty"`
@@ -161,6 +167,7 @@ func (p *LLMSelection) Provision(ctx caddy.Context) error {
 		Seed:          p.Seed,
 		BalanceFactor: p.BalanceFactor,
 		LoadSlack:     p.LoadSlack,
+		ColdChoices:   p.ColdChoices,
 	})
 	if err != nil {
 		return err
@@ -187,6 +194,9 @@ func (p *LLMSelection) Validate() error {
 	}
 	if p.CooldownBase < 0 || p.CooldownMax < p.CooldownBase {
 		return fmt.Errorf("cooldown must satisfy 0 <= base <= max")
+	}
+	if p.ColdChoices < 0 || p.ColdChoices > 2 {
+		return fmt.Errorf("cold_choices must be 1 or 2, got %d", p.ColdChoices)
 	}
 	if p.BalanceFactor < 1 {
 		return fmt.Errorf("balance_factor must be >= 1, got %v", p.BalanceFactor)
@@ -538,6 +548,7 @@ func (rc *routeCtx) setReject(r rejectReason, retryAfter time.Duration) {
 //		fail_status     <code...>
 //		balance_factor  <float>
 //		load_slack      <n>
+//		cold_choices    1|2
 //		index_blocks    <n>
 //		seed            <n>
 //		engine_metrics  [<path>] {
@@ -561,7 +572,7 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			p.Strategy = d.Val()
-		case "max_in_flight", "queue_size", "load_slack", "index_blocks":
+		case "max_in_flight", "queue_size", "load_slack", "index_blocks", "cold_choices":
 			name := d.Val()
 			if !d.NextArg() {
 				return d.ArgErr()
@@ -579,6 +590,8 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				p.LoadSlack = n
 			case "index_blocks":
 				p.IndexBlocks = n
+			case "cold_choices":
+				p.ColdChoices = n
 			}
 		case "queue_timeout", "slow_start":
 			name := d.Val()

@@ -20,25 +20,32 @@ import (
 // TestTwoInstancesAgreeOnColdPrefixes proves that two caddy instances with
 // the same config and no shared state send the same cold prefix to the same
 // replica: distinct system prompts, each sent once to each instance (half
-// the traffic each), over 4 replicas. One at a time they must agree on
-// >= 99% (the rendezvous home is the same everywhere); 16 at a time each
-// instance's load bound sees only its own in-flight requests and may spill
-// a prefix its peer does not (measured 97.5-100% here), so that phase
-// asserts >= 95% and logs the figure.
+// the traffic each), over 4 replicas.
+//   - One at a time, with the defaults, they must agree on >= 99%: the
+//     rendezvous home is the same everywhere and no load differs.
+//   - 16 at a time with cold_choices 1 (home only), each instance's load
+//     bound sees only its own in-flight requests and may spill a prefix its
+//     peer does not (measured 95-100% here): >= 90%, logged.
+//   - 16 at a time with the default cold_choices 2, each instance may pick
+//     the second-ranked replica when it looks less loaded to it: agreement
+//     on the exact replica drops (about 65% here; both replicas then cache
+//     the prefix and each instance follows its own choice), which is the
+//     price of the lower tail latency; logged, not asserted.
 func TestTwoInstancesAgreeOnColdPrefixes(t *testing.T) {
 	for _, c := range []struct {
-		workers int
-		min     float64
-	}{{1, 0.99}, {16, 0.95}} {
-		t.Run(fmt.Sprintf("concurrency_%d", c.workers), func(t *testing.T) {
-			twoInstances(t, c.workers, c.min)
+		workers, coldChoices int
+		min                  float64
+	}{{1, 0, 0.99}, {16, 1, 0.90}, {16, 0, 0}} {
+		t.Run(fmt.Sprintf("concurrency_%d_cold_choices_%d", c.workers, c.coldChoices), func(t *testing.T) {
+			twoInstances(t, c.workers, c.coldChoices, c.min)
 		})
 	}
 }
 
-func twoInstances(t *testing.T, workers int, minAgreement float64) {
+func twoInstances(t *testing.T, workers, coldChoices int, minAgreement float64) {
 	cfg := baseConfig()
 	cfg.Strategy = "prefix_load"
+	cfg.ColdChoices = coldChoices
 	cfg.MaxInFlight, cfg.QueueSize = 64, 256
 	e := newEnv(t, 4, nil, cfg)
 

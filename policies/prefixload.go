@@ -16,7 +16,8 @@ import "math"
 //     Rendezvous rank of keys.Leading.
 //  3. A cold prefix (no such match) goes to its home, the candidate with the
 //     highest Rendezvous rank of keys.Leading, unless the second-ranked
-//     candidate is less loaded: then there. Both are fixed by the key, so
+//     candidate is less loaded: then there (Options.ColdChoices 1 turns
+//     this off). Both are fixed by the key, so
 //     router instances agree on the two places a new prefix may land, and
 //     two cold prefills that share a home do not queue behind each other
 //     while the next replica idles (experiments/results/variants.json:
@@ -132,7 +133,7 @@ func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
 	if bestMatch >= s.opts.MinMatchBlocks {
 		return best
 	}
-	if second >= 0 && replicas[second].Load() < replicas[home].Load() {
+	if s.opts.ColdChoices > 1 && second >= 0 && replicas[second].Load() < replicas[home].Load() {
 		return second
 	}
 	return home

@@ -286,6 +286,11 @@ func TestPrefixLoadColdSecondChoice(t *testing.T) {
 	assert.Equal(t, rank[1], s.Pick(keys, rs), "home busier than the second choice")
 	rs[rank[1]].InFlight = 2
 	assert.Equal(t, rank[0], s.Pick(keys, rs), "second choice busier: home")
+
+	rs[rank[1]].InFlight = 0
+	home, err := NewStrategy("prefix_load", Options{ColdChoices: 1})
+	require.NoError(t, err)
+	assert.Equal(t, rank[0], home.Pick(keys, rs), "cold_choices 1: always home")
 }
 
 // TestLoadCountsPrefilling proves requests awaiting their first byte weigh

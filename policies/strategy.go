@@ -16,6 +16,9 @@ const (
 	DefaultLoadSlack = 2
 	// DefaultMinMatchBlocks is the shortest resident prefix that counts.
 	DefaultMinMatchBlocks = 1
+	// DefaultColdChoices is how many rendezvous-ranked replicas a cold
+	// prefix may land on.
+	DefaultColdChoices = 2
 )
 
 // Options tune the strategies. The zero value selects every default.
@@ -36,6 +39,13 @@ type Options struct {
 	// that prefix_load follows; shorter matches count as cold. 0 selects
 	// DefaultMinMatchBlocks.
 	MinMatchBlocks int
+	// ColdChoices is how many of its highest-ranked replicas a cold prefix
+	// may go to: 2 (the default) sends it to the second when that one is
+	// less loaded, which keeps two cold prefills that share a home from
+	// queueing behind each other; 1 always sends it home, so that router
+	// instances that see different loads still pick the same replica.
+	// 0 selects DefaultColdChoices; values above 2 count as 2.
+	ColdChoices int
 }
 
 // withDefaults fills unset knobs and checks the rest.
@@ -54,6 +64,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MinMatchBlocks < 1 {
 		o.MinMatchBlocks = DefaultMinMatchBlocks
+	}
+	switch {
+	case o.ColdChoices <= 0:
+		o.ColdChoices = DefaultColdChoices
+	case o.ColdChoices > 2:
+		o.ColdChoices = 2
 	}
 	return o, nil
 }

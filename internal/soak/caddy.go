@@ -41,6 +41,7 @@ type SiteConfig struct {
 	CooldownBase time.Duration
 	CooldownMax  time.Duration
 	FailStatus   []int
+	ColdChoices  int // 0 keeps the default
 
 	// Retries is lb_retries; NoRetryMatch leaves out the lb_retry_match
 	// rules (429/503 and transport errors).
@@ -103,6 +104,9 @@ http://{{.ListenAddr}} {
 			cooldown {{.CooldownBase}} {{.CooldownMax}}
 {{- if .FailStatus}}
 			fail_status {{ints .FailStatus}}
+{{- end}}
+{{- if .ColdChoices}}
+			cold_choices {{.ColdChoices}}
 {{- end}}
 		}
 {{- if .Retries}}
