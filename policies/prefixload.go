@@ -64,6 +64,24 @@ import "math"
 type prefixLoad struct {
 	opts  Options
 	least leastLoad
+	match MatchFunc // nil: the replica's Index
+}
+
+// MatchFunc answers how much of keys is resident on replicas[i] (0 =
+// nothing, in any unit where larger is longer). prefix_load asks
+// Replica.Index by default; the simulator's oracle answers from the
+// engine's true cache instead, to measure what a perfect hint would give
+// the same decision rule.
+type MatchFunc func(keys Keys, i int, r *Replica) int
+
+// NewPrefixLoadWithMatch returns prefix_load with its residency answer
+// replaced by match (MinMatchBlocks then applies in match's unit).
+func NewPrefixLoadWithMatch(opts Options, match MatchFunc) (Strategy, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &prefixLoad{opts: o, least: leastLoad{seed: o.Seed}, match: match}, nil
 }
 
 // Name returns "prefix_load".
@@ -125,7 +143,12 @@ func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
 		case second < 0 || sc > secondScore:
 			second, secondScore = i, sc
 		}
-		m := r.Index.Match(keys.Blocks)
+		var m int
+		if s.match != nil {
+			m = s.match(keys, i, r)
+		} else {
+			m = r.Index.Match(keys.Blocks)
+		}
 		if best < 0 || m > bestMatch || (m == bestMatch && sc > bestScore) {
 			best, bestMatch, bestScore = i, m, sc
 		}

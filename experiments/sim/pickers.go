@@ -102,82 +102,31 @@ func (p *boundedHash) pick(f *flight, view []policies.Replica) int {
 	return best
 }
 
-// oracle is prefix_load with perfect knowledge: the same candidates (the
-// same load bound, slack and KV-saturation rule), but it follows the true
-// cached prefix of every candidate (engine.CachedPrefixTokens) instead of
-// the router's index. Ties and cold prefixes go by the same rendezvous
-// rank (home, or the second-ranked candidate when less loaded). It is the upper bound of what a better residency hint can give
-// prefix_load; it is not an upper bound of every conceivable policy.
+// oracle is prefix_load with perfect knowledge: the policies package's own
+// prefix_load (same bound, slack, saturation rule, rendezvous ties and cold
+// path), asked about the true cached prefix of every replica
+// (engine.CachedPrefixTokens) instead of the router's index. It is the
+// upper bound of what a better residency hint can give prefix_load; it is
+// not an upper bound of every conceivable policy (it is greedy).
 type oracle struct {
-	opts    policies.Options
+	s       policies.Strategy
 	engines []*engine.Engine
-	least   policies.Strategy
+	cur     *flight // the request being decided (the sim is single-threaded)
+}
+
+func newOracle(opts policies.Options, engines []*engine.Engine) (*oracle, error) {
+	o := &oracle{engines: engines}
+	s, err := policies.NewPrefixLoadWithMatch(opts, func(_ policies.Keys, i int, _ *policies.Replica) int {
+		return o.engines[i].CachedPrefixTokens(o.cur.tokens)
+	})
+	o.s = s
+	return o, err
 }
 
 func (p *oracle) pick(f *flight, view []policies.Replica) int {
-	n, total := 0, 0
-	minAll, minUnsat, unsat := 0, 0, 0
-	for i := range view {
-		r := &view[i]
-		if !r.Free() {
-			continue
-		}
-		l := r.Load()
-		if n == 0 || l < minAll {
-			minAll = l
-		}
-		n++
-		total += l
-		if r.KVUsage < 0.95 {
-			if unsat == 0 || l < minUnsat {
-				minUnsat = l
-			}
-			unsat++
-		}
-	}
-	if n == 0 {
-		return -1
-	}
-	if f.req.Keys.Leading == 0 {
-		return p.least.Pick(f.req.Keys, view)
-	}
-	allSat, minLoad := unsat == 0, minUnsat
-	if allSat {
-		minLoad = minAll
-	}
-	bound := int(math.Ceil(p.opts.BalanceFactor*float64(total+1)/float64(n))) + p.opts.LoadSlack
-	best, bestMatch, bestScore := -1, 0, uint64(0)
-	home, homeScore, second, secondScore := -1, uint64(0), -1, uint64(0)
-	for i := range view {
-		r := &view[i]
-		if !r.Free() || (!allSat && r.KVUsage >= 0.95) {
-			continue
-		}
-		if l := r.Load(); l+1 > bound && l != minLoad {
-			continue
-		}
-		sc := policies.Rendezvous(f.req.Keys.Leading, r.Addr)
-		switch {
-		case home < 0 || sc > homeScore:
-			second, secondScore = home, homeScore
-			home, homeScore = i, sc
-		case second < 0 || sc > secondScore:
-			second, secondScore = i, sc
-		}
-		m := p.engines[i].CachedPrefixTokens(f.tokens)
-		if best < 0 || m > bestMatch || (m == bestMatch && sc > bestScore) {
-			best, bestMatch, bestScore = i, m, sc
-		}
-	}
-	if bestMatch > 0 {
-		return best
-	}
-	// The same cold path as prefix_load: home, or the second-ranked
-	// candidate when it is less loaded.
-	if second >= 0 && view[second].Load() < view[home].Load() {
-		return second
-	}
-	return home
+	p.cur = f
+	defer func() { p.cur = nil }()
+	return p.s.Pick(f.req.Keys, view)
 }
 
 // newPicker builds the named policy for one router instance.
@@ -187,28 +136,10 @@ func newPicker(name string, opts policies.Options, seed uint64, engines []*engin
 		return randomPicker{rng: rand.New(rand.NewPCG(seed, 0x72616e64))}, nil
 	case "bounded_hash":
 		return &boundedHash{factor: policies.DefaultBalanceFactor}, nil
-	case "oracle", "prefix_load_p2c":
+	case "oracle":
 		o := opts
-		if o.BalanceFactor == 0 {
-			o.BalanceFactor = policies.DefaultBalanceFactor
-		}
-		switch {
-		case o.LoadSlack == 0:
-			o.LoadSlack = policies.DefaultLoadSlack
-		case o.LoadSlack < 0:
-			o.LoadSlack = 0
-		}
-		ll, err := policies.NewStrategy("least_load", policies.Options{Seed: seed})
-		if err != nil {
-			return nil, err
-		}
-		if o.MinMatchBlocks < 1 {
-			o.MinMatchBlocks = policies.DefaultMinMatchBlocks
-		}
-		if name == "prefix_load_p2c" {
-			return &prefixLoadP2C{opts: o, least: ll}, nil
-		}
-		return &oracle{opts: o, engines: engines, least: ll}, nil
+		o.Seed = seed
+		return newOracle(o, engines)
 	}
 	o := opts
 	o.Seed = seed

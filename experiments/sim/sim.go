@@ -66,12 +66,10 @@ type Config struct {
 	Restarts []Restart `json:"restarts,omitempty"`
 	// Options tune the policies package's strategies.
 	Options policies.Options `json:"options"`
-	// PrefillAware was the experiment behind Replica.Prefilling: each
-	// router adds its own requests that have not reached their first token
-	// to Replica.EngineWaiting. The module now counts them through
-	// Replica.Prefilling (always set here too), so this adds them once more;
-	// variants.json was measured before that adoption (see its commit).
-	PrefillAware bool `json:"prefill_aware,omitempty"`
+	// IgnorePrefilling leaves Replica.Prefilling at 0, as the module did
+	// before it counted requests awaiting their first byte as load: the
+	// ablation of that signal.
+	IgnorePrefilling bool `json:"ignore_prefilling,omitempty"`
 	// KeepSamples keeps every request's TTFT and latency in the Result.
 	KeepSamples bool `json:"-"`
 }
@@ -292,15 +290,13 @@ func (s *Sim) issue(si, k int) error {
 func (s *Sim) buildView(rt *router) []policies.Replica {
 	for i, rp := range s.reps {
 		v := &rt.reps[i]
-		r := policies.Replica{Addr: rp.addr, InFlight: v.inFlight, Prefilling: v.prefills, Cap: s.cfg.Cap,
+		r := policies.Replica{Addr: rp.addr, InFlight: v.inFlight, Cap: s.cfg.Cap,
 			EngineWaiting: -1, EngineRunning: -1, KVUsage: -1, Index: v.index}
 		if s.cfg.EngineMetrics && v.sampled {
 			r.EngineWaiting, r.EngineRunning, r.KVUsage = v.waiting, v.running, v.kvUsage
 		}
-		if s.cfg.PrefillAware {
-			// Counted a second time through the engine queue (the module
-			// already counts it once through Replica.Prefilling).
-			r.EngineWaiting = max(r.EngineWaiting, 0) + v.prefills
+		if !s.cfg.IgnorePrefilling {
+			r.Prefilling = v.prefills
 		}
 		rt.view[i] = r
 	}
