@@ -71,31 +71,20 @@ func (wl *waitList) remove(w *waiter) {
 
 // wake signals the first waiter that may use addr and has no signal pending
 // (an empty addr matches every waiter).
-func (wl *waitList) wake(addr string) {
-	wl.mu.Lock()
-	defer wl.mu.Unlock()
-	for e := wl.l.Front(); e != nil; e = e.Next() {
-		w := e.Value.(*waiter)
-		if addr != "" && !w.accepts(addr) {
-			continue
-		}
-		select {
-		case w.ch <- struct{}{}:
-			return
-		default:
-			// already signalled and not yet awake: try the next one
-		}
-	}
-}
+func (wl *waitList) wake(addr string) { wl.signal(addr, false) }
 
 // wakeAll signals every waiter, e.g. after a reload raised a cap.
-func (wl *waitList) wakeAll() { wl.wakeAllFor("") }
+func (wl *waitList) wakeAll() { wl.signal("", true) }
 
-// wakeAllFor signals every waiter that may use addr (every waiter when addr
-// is empty). A replica that changed state for more than one slot (it began
-// to cool, so waiters may have to be refused now; its probe succeeded, so
-// its whole cap opened) needs every waiter to look again, in queue order.
-func (wl *waitList) wakeAllFor(addr string) {
+// wakeAllFor signals every waiter that may use addr. A replica that changed
+// state for more than one slot (it began to cool, so waiters may have to be
+// refused now; its probe succeeded, so its whole cap opened) needs every
+// waiter to look again, in queue order.
+func (wl *waitList) wakeAllFor(addr string) { wl.signal(addr, true) }
+
+// signal walks the queue in order and signals the waiters that may use
+// addr: the first one without a pending signal, or all of them.
+func (wl *waitList) signal(addr string, all bool) {
 	wl.mu.Lock()
 	defer wl.mu.Unlock()
 	for e := wl.l.Front(); e != nil; e = e.Next() {
@@ -105,7 +94,11 @@ func (wl *waitList) wakeAllFor(addr string) {
 		}
 		select {
 		case w.ch <- struct{}{}:
+			if !all {
+				return
+			}
 		default:
+			// already signalled and not yet awake: try the next one
 		}
 	}
 }
