@@ -72,9 +72,12 @@ type LLMSelection struct {
 	LoadSlack int `json:"load_slack,omitempty"`
 
 	// ColdChoices is how many rendezvous-ranked replicas prefix_load may
-	// send a cold prefix to: 2 (default) uses the second when it is less
-	// loaded, which cuts tail latency; 1 always uses the first, so that
-	// several router instances pick the same replica even under load.
+	// send a cold prefix (one no replica is believed to hold) to: 3 or more
+	// (default) the least-loaded replica within the bound, ties to the
+	// prefix's rendezvous home, which gives the lowest tail latency; 2 the
+	// second-ranked when it is less loaded than the home; 1 always the
+	// home, so that several router instances pick the same replica even
+	// under load.
 	ColdChoices int `json:"cold_choices,omitempty"`
 
 	// IndexBlocks is the capacity, in 128-byte blocks, of each replica's
@@ -195,8 +198,8 @@ func (p *LLMSelection) Validate() error {
 	if p.CooldownBase < 0 || p.CooldownMax < p.CooldownBase {
 		return fmt.Errorf("cooldown must satisfy 0 <= base <= max")
 	}
-	if p.ColdChoices < 0 || p.ColdChoices > 2 {
-		return fmt.Errorf("cold_choices must be 1 or 2, got %d", p.ColdChoices)
+	if p.ColdChoices < 0 {
+		return fmt.Errorf("cold_choices must be >= 1, got %d", p.ColdChoices)
 	}
 	if p.BalanceFactor < 1 {
 		return fmt.Errorf("balance_factor must be >= 1, got %v", p.BalanceFactor)
@@ -548,7 +551,7 @@ func (rc *routeCtx) setReject(r rejectReason, retryAfter time.Duration) {
 //		fail_status     <code...>
 //		balance_factor  <float>
 //		load_slack      <n>
-//		cold_choices    1|2
+//		cold_choices    1|2|3
 //		index_blocks    <n>
 //		seed            <n>
 //		engine_metrics  [<path>] {

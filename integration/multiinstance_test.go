@@ -26,11 +26,11 @@ import (
 //   - 16 at a time with cold_choices 1 (home only), each instance's load
 //     bound sees only its own in-flight requests and may spill a prefix its
 //     peer does not (measured 95-100% here): >= 90%, logged.
-//   - 16 at a time with the default cold_choices 2, each instance may pick
-//     the second-ranked replica when it looks less loaded to it: agreement
-//     on the exact replica drops (about 65% here; both replicas then cache
-//     the prefix and each instance follows its own choice), which is the
-//     price of the lower tail latency; logged, not asserted.
+//   - 16 at a time with the default cold_choices 3, each instance sends a
+//     cold prefix to the replica that looks least loaded to it: agreement
+//     on the exact replica drops (both replicas then cache the prefix and
+//     each instance follows its own choice), which is the price of the
+//     lower tail latency; logged, not asserted.
 func TestTwoInstancesAgreeOnColdPrefixes(t *testing.T) {
 	for _, c := range []struct {
 		workers, coldChoices int

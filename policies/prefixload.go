@@ -14,15 +14,14 @@ import "math"
 //  2. Among candidates, the longest Index.Match of keys.Blocks wins when it
 //     is at least Options.MinMatchBlocks; equal matches go to the higher
 //     Rendezvous rank of keys.Leading.
-//  3. A cold prefix (no such match) goes to its home, the candidate with the
-//     highest Rendezvous rank of keys.Leading, unless the second-ranked
-//     candidate is less loaded: then there (Options.ColdChoices 1 turns
-//     this off). Both are fixed by the key, so
-//     router instances agree on the two places a new prefix may land, and
-//     two cold prefills that share a home do not queue behind each other
-//     while the next replica idles (experiments/results/variants.json:
-//     TTFT p99 603 -> 470 ms on no_shared_prefix, 157 -> 109 ms on
-//     multi_turn, with the Prefilling load signal and c = 1.5).
+//  3. A cold prefix (no such match) goes to the least-loaded candidate,
+//     ties to the highest Rendezvous rank of keys.Leading (its home); so
+//     at equal load every router instance picks the same home.
+//     Options.ColdChoices narrows this: 2 means home unless the
+//     second-ranked candidate is less loaded, 1 means always home, which
+//     keeps instances that see different loads in agreement at the cost of
+//     cold prefills queueing behind each other
+//     (experiments/results/variants.json).
 //  4. A request without keys goes to the least-loaded candidate, ties broken
 //     pseudo-randomly.
 //
@@ -127,6 +126,9 @@ func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
 	// home (highest rank).
 	best, bestMatch, bestScore := -1, 0, uint64(0)
 	home, homeScore, second, secondScore := -1, uint64(0), -1, uint64(0)
+	// coolest is the least-loaded candidate (ties to the higher rank), the
+	// cold choice when ColdChoices is 3 or more.
+	coolest, coolestScore := -1, uint64(0)
 	for i := range replicas {
 		r := &replicas[i]
 		if !r.Free() || (!allSat && saturated(r)) {
@@ -136,6 +138,9 @@ func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
 			continue
 		}
 		sc := Rendezvous(keys.Leading, r.Addr)
+		if l := r.Load(); coolest < 0 || l < replicas[coolest].Load() || (l == replicas[coolest].Load() && sc > coolestScore) {
+			coolest, coolestScore = i, sc
+		}
 		switch {
 		case home < 0 || sc > homeScore:
 			second, secondScore = home, homeScore
@@ -156,7 +161,10 @@ func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
 	if bestMatch >= s.opts.MinMatchBlocks {
 		return best
 	}
-	if s.opts.ColdChoices > 1 && second >= 0 && replicas[second].Load() < replicas[home].Load() {
+	switch {
+	case s.opts.ColdChoices >= 3:
+		return coolest
+	case s.opts.ColdChoices == 2 && second >= 0 && replicas[second].Load() < replicas[home].Load():
 		return second
 	}
 	return home

@@ -47,7 +47,7 @@ func TestPrefixLoad(t *testing.T) {
 		}, want: []int{rank[2]}},
 		{name: "match over the bound spills home", setup: func(rs []Replica) {
 			rs[rank[2]].Index.Insert(keys.Blocks)
-			rs[rank[2]].InFlight = 10 // bound: ceil(1.25*11/6)+2 = 5
+			rs[rank[2]].InFlight = 10 // bound: ceil(1.5*11/6)+2 = 5
 		}, want: []int{rank[0]}},
 		{name: "engine queue is load", setup: func(rs []Replica) {
 			rs[rank[2]].Index.Insert(keys.Blocks)
@@ -77,12 +77,18 @@ func TestPrefixLoad(t *testing.T) {
 			}
 			rs[rank[2]].Index.Insert(keys.Blocks)
 		}, want: []int{rank[2]}},
-		{name: "within the average, home keeps it", setup: func(rs []Replica) {
+		{name: "within the average, home keeps it (cold_choices 1)", opts: Options{ColdChoices: 1}, setup: func(rs []Replica) {
 			for i := range rs {
 				rs[i].InFlight = 20
 			}
-			rs[rank[4]].InFlight = 3 // bound: ceil(1.25*104/6)+2 = 24
+			rs[rank[4]].InFlight = 3 // bound: ceil(1.5*104/6)+2 = 28
 		}, want: []int{rank[0]}},
+		{name: "within the average, a cold prefix goes to the least loaded (default)", setup: func(rs []Replica) {
+			for i := range rs {
+				rs[i].InFlight = 20
+			}
+			rs[rank[4]].InFlight = 3
+		}, want: []int{rank[4]}},
 		{name: "tight bound: only the least loaded is a candidate", opts: Options{BalanceFactor: 1, LoadSlack: -1}, setup: func(rs []Replica) {
 			for i := range rs {
 				rs[i].InFlight = 20
@@ -266,7 +272,7 @@ func BenchmarkPick512(b *testing.B) { benchmarkPick(b, 512) }
 // TestPrefixLoadColdSecondChoice proves a cold prefix goes home unless the
 // second-ranked replica is less loaded, and never further down the ranking.
 func TestPrefixLoadColdSecondChoice(t *testing.T) {
-	s, err := NewStrategy("prefix_load", Options{})
+	s, err := NewStrategy("prefix_load", Options{ColdChoices: 2})
 	require.NoError(t, err)
 	keys := Keys{Leading: 42, Blocks: []uint64{1, 2}}
 	rs := make([]Replica, 5)
@@ -291,6 +297,16 @@ func TestPrefixLoadColdSecondChoice(t *testing.T) {
 	home, err := NewStrategy("prefix_load", Options{ColdChoices: 1})
 	require.NoError(t, err)
 	assert.Equal(t, rank[0], home.Pick(keys, rs), "cold_choices 1: always home")
+
+	all, err := NewStrategy("prefix_load", Options{})
+	require.NoError(t, err)
+	for i := range rs {
+		rs[i].InFlight, rs[i].Prefilling = 2, 0
+	}
+	rs[rank[3]].InFlight = 1
+	assert.Equal(t, rank[3], all.Pick(keys, rs), "default (3): least loaded")
+	rs[rank[3]].InFlight = 2
+	assert.Equal(t, rank[0], all.Pick(keys, rs), "default (3): ties to the home")
 }
 
 // TestLoadCountsPrefilling proves requests awaiting their first byte weigh

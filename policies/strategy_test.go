@@ -50,9 +50,9 @@ func TestOptionsDefaults(t *testing.T) {
 	tests := []struct {
 		in, want Options
 	}{
-		{Options{}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 2, MinMatchBlocks: 1, ColdChoices: 2}},
+		{Options{}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 2, MinMatchBlocks: 1, ColdChoices: DefaultColdChoices}},
 		{Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdChoices: 1}, Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdChoices: 1}},
-		{Options{LoadSlack: -1, MinMatchBlocks: -3}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 0, MinMatchBlocks: 1, ColdChoices: 2}},
+		{Options{LoadSlack: -1, MinMatchBlocks: -3}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 0, MinMatchBlocks: 1, ColdChoices: DefaultColdChoices}},
 	}
 	for _, tt := range tests {
 		got, err := tt.in.withDefaults()

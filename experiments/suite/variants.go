@@ -27,6 +27,7 @@ var Variants = []Variant{
 	{Name: "c=1.25", Policy: "prefix_load", Options: policies.Options{BalanceFactor: 1.25}, Doc: "HAProxy's balance factor"},
 	{Name: "no prefilling", Policy: "prefix_load", IgnorePrefilling: true, Doc: "in-flight count only"},
 	{Name: "cold_choices 1", Policy: "prefix_load", Options: policies.Options{ColdChoices: 1}, Doc: "cold prefix always home (multi-instance agreement)"},
+	{Name: "cold_choices 3", Policy: "prefix_load", Options: policies.Options{ColdChoices: 3}, Doc: "cold prefix to the least-loaded candidate"},
 	{Name: "before", Policy: "prefix_load", IgnorePrefilling: true, Options: policies.Options{BalanceFactor: 1.25, ColdChoices: 1}, Doc: "all three turned back: prefix_load as first written"},
 }
 

@@ -356,7 +356,7 @@ func run(o options) error {
 		Env: envInfo{
 			CPUs: ncpu, ProxyCPUs: env.proxyCPUs, ClientCPUs: env.clientCPUs, GOMAXPROCSProxy: len(env.proxyCPUs),
 			GOMAXPROCSClient: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(), Caddy: caddyVersion,
-			HAProxy: env.haproxyVersion, HAProxyBalance: env.haproxyBalance, Kernel: kernel(), LoadAvgStart: loadAvg(),
+			HAProxy: env.haproxyVersion, HAProxyBalance: env.haproxyBalance, Kernel: kernel(), GitRev: gitRev(root), LoadAvgStart: loadAvg(),
 			NoFile: nofile,
 		},
 		Config: runConfig{
@@ -399,6 +399,13 @@ func firstLine(b []byte, err error) string {
 	}
 	s, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
 	return s
+}
+
+// gitRev describes the tree measured: commit, and "-dirty" with local changes.
+func gitRev(root string) string {
+	cmd := exec.Command("git", "describe", "--always", "--dirty")
+	cmd.Dir = root
+	return firstLine(cmd.Output())
 }
 
 func kernel() string {

@@ -90,6 +90,7 @@ type envInfo struct {
 	HAProxy          string `json:"haproxy,omitempty"`
 	HAProxyBalance   string `json:"haproxy_balance,omitempty"`
 	Kernel           string `json:"kernel"`
+	GitRev           string `json:"git_rev"`
 	LoadAvgStart     string `json:"loadavg_start"`
 	LoadAvgEnd       string `json:"loadavg_end"`
 	NoFile           uint64 `json:"nofile"`
@@ -135,18 +136,18 @@ type noise struct {
 }
 
 type verdict struct {
-	CPURatioMax     float64 `json:"cpu_per_req_ratio_max"`
-	P99AddedMaxMs   float64 `json:"ttfb_p99_added_ms_max"`
-	MemRatioMax     float64 `json:"mem_per_stream_ratio_max"`
-	CPUMet          *bool   `json:"cpu_met,omitempty"`
-	P99Met          *bool   `json:"ttfb_met,omitempty"`
+	CPURatioMax   float64 `json:"cpu_per_req_ratio_max"`
+	P99AddedMaxMs float64 `json:"ttfb_p99_added_ms_max"`
+	MemRatioMax   float64 `json:"mem_per_stream_ratio_max"`
+	CPUMet        *bool   `json:"cpu_met,omitempty"`
+	P99Met        *bool   `json:"ttfb_met,omitempty"`
 	// P99Conclusive: the upper end of the 95% interval of the added p99
 	// (worse mode) is within the target too, so noise cannot hide a miss.
-	P99Conclusive *bool `json:"ttfb_met_conclusively,omitempty"`
-	MemMet          *bool   `json:"mem_met,omitempty"`
-	ReleasedMet     *bool   `json:"released_met,omitempty"`
-	NoErrors        bool    `json:"no_errors"`
-	ConcurrencyNote string  `json:"concurrency_note,omitempty"`
+	P99Conclusive   *bool  `json:"ttfb_met_conclusively,omitempty"`
+	MemMet          *bool  `json:"mem_met,omitempty"`
+	ReleasedMet     *bool  `json:"released_met,omitempty"`
+	NoErrors        bool   `json:"no_errors"`
+	ConcurrencyNote string `json:"concurrency_note,omitempty"`
 }
 
 type report struct {
@@ -511,8 +512,8 @@ func yesNo(b *bool) string {
 // markdown writes the summary and the table.
 func (r *report) markdown(w io.Writer) {
 	e := r.Env
-	fmt.Fprintf(w, "Run %s, %.0f s: %d CPUs (proxy pinned to %v with GOMAXPROCS=%d; load generator + fake upstream on %v), %s, %s",
-		r.GeneratedAt, r.WallSeconds, e.CPUs, e.ProxyCPUs, e.GOMAXPROCSProxy, e.ClientCPUs, e.GoVersion, e.Caddy)
+	fmt.Fprintf(w, "Run %s (tree %s), %.0f s: %d CPUs (proxy pinned to %v with GOMAXPROCS=%d; load generator + fake upstream on %v), %s, %s",
+		r.GeneratedAt, e.GitRev, r.WallSeconds, e.CPUs, e.ProxyCPUs, e.GOMAXPROCSProxy, e.ClientCPUs, e.GoVersion, e.Caddy)
 	if e.HAProxy != "" {
 		fmt.Fprintf(w, ", %s (`balance %s`)", e.HAProxy, e.HAProxyBalance)
 	}
