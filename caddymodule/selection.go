@@ -71,13 +71,13 @@ type LLMSelection struct {
 	// idle. Default 2.
 	LoadSlack int `json:"load_slack,omitempty"`
 
-	// ColdChoices is how many rendezvous-ranked replicas prefix_load may
-	// send a cold prefix (one no replica is believed to hold) to: 3 or more
-	// (default) the least-loaded replica within the bound, ties to the
-	// prefix's rendezvous home, which gives the lowest tail latency; 2 the
-	// second-ranked when it is less loaded than the home; 1 always the
-	// home, so that several router instances pick the same replica even
-	// under load.
+	// ColdChoices is where prefix_load may send a cold prefix (one no
+	// replica is believed to hold): 1 (default) always its rendezvous home,
+	// so that several router instances pick the same replica; 2 the
+	// second-ranked replica when that one is less loaded than the home; 3
+	// the least-loaded replica, ties to the home. 2 and 3 cut tail latency
+	// for traffic that shares no prefix when a single router decides; with
+	// several routers they cost hit rate.
 	ColdChoices int `json:"cold_choices,omitempty"`
 
 	// IndexBlocks is the capacity, in 128-byte blocks, of each replica's

@@ -22,20 +22,18 @@ import (
 // replica: distinct system prompts, each sent once to each instance (half
 // the traffic each), over 4 replicas.
 //   - One at a time, with the defaults, they must agree on >= 99%: the
-//     rendezvous home is the same everywhere and no load differs.
-//   - 16 at a time with cold_choices 1 (home only), each instance's load
-//     bound sees only its own in-flight requests and may spill a prefix its
-//     peer does not (measured 95-100% here): >= 90%, logged.
-//   - 16 at a time with the default cold_choices 3, each instance sends a
-//     cold prefix to the replica that looks least loaded to it: agreement
-//     on the exact replica drops (both replicas then cache the prefix and
-//     each instance follows its own choice), which is the price of the
-//     lower tail latency; logged, not asserted.
+//     rendezvous home is the same everywhere.
+//   - 16 at a time, with the defaults (cold_choices 1: always home), each
+//     instance's load bound sees only its own in-flight requests and may
+//     spill a prefix its peer does not (measured 95-100% here): >= 90%.
+//   - 16 at a time with cold_choices 3 (the least-loaded replica, a
+//     single-router setting), each instance places a cold prefix by its own
+//     view of the load: agreement drops (about 50% here); logged only.
 func TestTwoInstancesAgreeOnColdPrefixes(t *testing.T) {
 	for _, c := range []struct {
 		workers, coldChoices int
 		min                  float64
-	}{{1, 0, 0.99}, {16, 1, 0.90}, {16, 0, 0}} {
+	}{{1, 0, 0.99}, {16, 0, 0.90}, {16, 3, 0}} {
 		t.Run(fmt.Sprintf("concurrency_%d_cold_choices_%d", c.workers, c.coldChoices), func(t *testing.T) {
 			twoInstances(t, c.workers, c.coldChoices, c.min)
 		})

@@ -14,14 +14,15 @@ import "math"
 //  2. Among candidates, the longest Index.Match of keys.Blocks wins when it
 //     is at least Options.MinMatchBlocks; equal matches go to the higher
 //     Rendezvous rank of keys.Leading.
-//  3. A cold prefix (no such match) goes to the least-loaded candidate,
-//     ties to the highest Rendezvous rank of keys.Leading (its home); so
-//     at equal load every router instance picks the same home.
-//     Options.ColdChoices narrows this: 2 means home unless the
-//     second-ranked candidate is less loaded, 1 means always home, which
-//     keeps instances that see different loads in agreement at the cost of
-//     cold prefills queueing behind each other
-//     (experiments/results/variants.json).
+//  3. A cold prefix (no such match) goes to its home: the candidate with
+//     the highest Rendezvous rank of keys.Leading, so that every router
+//     instance picks the same replica (Options.ColdChoices 1, the
+//     default). ColdChoices 2 lets it go to the second-ranked candidate
+//     when that one is less loaded; 3 to the least-loaded candidate, ties
+//     to the home. Those cut tail latency for traffic that shares nothing
+//     when one router decides, and cost hit rate when several do, because
+//     each then places a new prefix by its own view of the load
+//     (experiments/results/variants.json and residency.json).
 //  4. A request without keys goes to the least-loaded candidate, ties broken
 //     pseudo-randomly.
 //

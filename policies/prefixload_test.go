@@ -77,13 +77,13 @@ func TestPrefixLoad(t *testing.T) {
 			}
 			rs[rank[2]].Index.Insert(keys.Blocks)
 		}, want: []int{rank[2]}},
-		{name: "within the average, home keeps it (cold_choices 1)", opts: Options{ColdChoices: 1}, setup: func(rs []Replica) {
+		{name: "within the average, home keeps it (default)", setup: func(rs []Replica) {
 			for i := range rs {
 				rs[i].InFlight = 20
 			}
 			rs[rank[4]].InFlight = 3 // bound: ceil(1.5*104/6)+2 = 28
 		}, want: []int{rank[0]}},
-		{name: "within the average, a cold prefix goes to the least loaded (default)", setup: func(rs []Replica) {
+		{name: "within the average, a cold prefix goes to the least loaded (cold_choices 3)", opts: Options{ColdChoices: 3}, setup: func(rs []Replica) {
 			for i := range rs {
 				rs[i].InFlight = 20
 			}
@@ -294,19 +294,19 @@ func TestPrefixLoadColdSecondChoice(t *testing.T) {
 	assert.Equal(t, rank[0], s.Pick(keys, rs), "second choice busier: home")
 
 	rs[rank[1]].InFlight = 0
-	home, err := NewStrategy("prefix_load", Options{ColdChoices: 1})
+	home, err := NewStrategy("prefix_load", Options{})
 	require.NoError(t, err)
-	assert.Equal(t, rank[0], home.Pick(keys, rs), "cold_choices 1: always home")
+	assert.Equal(t, rank[0], home.Pick(keys, rs), "default (cold_choices 1): always home")
 
-	all, err := NewStrategy("prefix_load", Options{})
+	all, err := NewStrategy("prefix_load", Options{ColdChoices: 3})
 	require.NoError(t, err)
 	for i := range rs {
 		rs[i].InFlight, rs[i].Prefilling = 2, 0
 	}
 	rs[rank[3]].InFlight = 1
-	assert.Equal(t, rank[3], all.Pick(keys, rs), "default (3): least loaded")
+	assert.Equal(t, rank[3], all.Pick(keys, rs), "cold_choices 3: least loaded")
 	rs[rank[3]].InFlight = 2
-	assert.Equal(t, rank[0], all.Pick(keys, rs), "default (3): ties to the home")
+	assert.Equal(t, rank[0], all.Pick(keys, rs), "cold_choices 3: ties to the home")
 }
 
 // TestLoadCountsPrefilling proves requests awaiting their first byte weigh

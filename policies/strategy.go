@@ -17,10 +17,12 @@ const (
 	// DefaultMinMatchBlocks is the shortest resident prefix that counts.
 	DefaultMinMatchBlocks = 1
 	// DefaultColdChoices is how many rendezvous-ranked replicas a cold
-	// prefix may land on: 3 means any candidate, the least loaded, ties to
-	// the home (experiments/results/variants.json: TTFT p99 on
-	// no_shared_prefix 470 -> 360 ms against 2, at a hit rate within 0.01).
-	DefaultColdChoices = 3
+	// prefix may land on: 1, its home, so that router instances that see
+	// different loads still agree. In the simulator (residency.json,
+	// routers) this keeps prefix_load's hit rate flat from 1 to 8 routers
+	// (shared_prefix 0.90-0.91), where 3 falls from 0.91 to 0.54; 3 is the
+	// better choice for a single router (variants.json).
+	DefaultColdChoices = 1
 )
 
 // Options tune the strategies. The zero value selects every default.

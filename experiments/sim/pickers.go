@@ -135,7 +135,7 @@ func newPicker(name string, opts policies.Options, seed uint64, engines []*engin
 	case "random":
 		return randomPicker{rng: rand.New(rand.NewPCG(seed, 0x72616e64))}, nil
 	case "bounded_hash":
-		return &boundedHash{factor: policies.DefaultBalanceFactor}, nil
+		return &boundedHash{factor: 1.25}, nil // HAProxy hash-balance-factor 125, as users configure it today
 	case "oracle":
 		o := opts
 		o.Seed = seed

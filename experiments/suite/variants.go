@@ -8,10 +8,10 @@ import (
 	"github.com/llmroute/caddy-llmroute/policies"
 )
 
-// Variant is one ablation of prefix_load at the standard point: each of
-// the three choices adopted from the first variants run (balance factor
-// 1.5, requests awaiting their first byte counted as load, a second cold
-// choice) turned back, one at a time and all together.
+// Variant is one ablation of prefix_load at the standard point: the two
+// choices adopted from the first variants run (balance factor 1.5,
+// requests awaiting their first byte counted as load) turned back, and the
+// cold_choices settings a single-router deployment may prefer.
 type Variant struct {
 	Name             string           `json:"name"`
 	Policy           string           `json:"policy"`
@@ -22,13 +22,13 @@ type Variant struct {
 
 // Variants are compared with prefix_load as shipped.
 var Variants = []Variant{
-	{Name: "prefix_load", Policy: "prefix_load", Doc: "as shipped: c=1.5, slack 2, prefilling counted, cold_choices 2"},
+	{Name: "prefix_load", Policy: "prefix_load", Doc: "as shipped: c=1.5, slack 2, prefilling counted, cold_choices 1 (home)"},
 	{Name: "least_load", Policy: "least_load", Doc: "reference"},
 	{Name: "c=1.25", Policy: "prefix_load", Options: policies.Options{BalanceFactor: 1.25}, Doc: "HAProxy's balance factor"},
 	{Name: "no prefilling", Policy: "prefix_load", IgnorePrefilling: true, Doc: "in-flight count only"},
-	{Name: "cold_choices 1", Policy: "prefix_load", Options: policies.Options{ColdChoices: 1}, Doc: "cold prefix always home (multi-instance agreement)"},
-	{Name: "cold_choices 3", Policy: "prefix_load", Options: policies.Options{ColdChoices: 3}, Doc: "cold prefix to the least-loaded candidate"},
-	{Name: "before", Policy: "prefix_load", IgnorePrefilling: true, Options: policies.Options{BalanceFactor: 1.25, ColdChoices: 1}, Doc: "all three turned back: prefix_load as first written"},
+	{Name: "cold_choices 2", Policy: "prefix_load", Options: policies.Options{ColdChoices: 2}, Doc: "cold prefix home, or the second-ranked candidate when less loaded"},
+	{Name: "cold_choices 3", Policy: "prefix_load", Options: policies.Options{ColdChoices: 3}, Doc: "cold prefix to the least-loaded candidate (single-router setting)"},
+	{Name: "before", Policy: "prefix_load", IgnorePrefilling: true, Options: policies.Options{BalanceFactor: 1.25}, Doc: "c=1.25 and no prefilling: prefix_load as first written"},
 }
 
 // VariantsRecord is variants.json.
