@@ -273,7 +273,10 @@ func (h *LLMRoute) readRequest(r *http.Request) (*policies.Request, []byte, apiE
 	}
 	var buf bytes.Buffer
 	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
+		// + MinRead: ReadFrom wants MinRead free bytes before every read,
+		// including the one that sees EOF; without them the buffer is
+		// reallocated at twice the size once the body is in.
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
 	}
 	n, err := buf.ReadFrom(io.LimitReader(r.Body, h.MaxBodyBytes+1))
 	if err != nil {

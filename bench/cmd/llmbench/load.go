@@ -222,8 +222,8 @@ func (c *collector) result(wall time.Duration) phaseResult {
 }
 
 // closedLoop runs conc workers, each sending its next request as soon as
-// the last one ended, until dur has passed (or maxReq requests were sent,
-// when maxReq > 0). Requests in flight at the deadline complete and count.
+// the last one ended, until dur has passed (dur 0: no time limit) or maxReq
+// requests were sent (maxReq > 0). Requests in flight at the deadline complete and count.
 func closedLoop(cl *http.Client, url string, w workload, conc int, dur time.Duration, maxReq int) phaseResult {
 	var next atomic.Int64
 	var col collector
@@ -241,7 +241,7 @@ func closedLoop(cl *http.Client, url string, w workload, conc int, dur time.Dura
 			ok, errs := 0, 0
 			var firstErr error
 			var nbytes int64
-			for time.Now().Before(deadline) {
+			for dur == 0 || time.Now().Before(deadline) {
 				i := next.Add(1) - 1
 				if maxReq > 0 && i >= int64(maxReq) {
 					break

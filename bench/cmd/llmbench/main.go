@@ -583,10 +583,24 @@ func measureWorkload(env *benchEnv, o options, order []*target, w workload) []ce
 	for i, t := range order {
 		urls[i] = t.url
 	}
+	// The same requests per second reach every target in the latency
+	// phase, so CPU per request there compares proxies at equal load
+	// (below saturation, where per-request wake-ups are not amortized).
+	fixed0 := make([]float64, k)
+	for i, t := range order {
+		if t.pid() > 0 {
+			fixed0[i], _ = procCPU(t.pid())
+		}
+	}
 	lats := openLoopMulti(clients, urls, w, latencyRate(o.rate, w.size), o.latDur, 256)
 	ncpu := float64(runtime.NumCPU())
 	for i, t := range order {
 		a := &accs[i]
+		if t.pid() > 0 {
+			fixed1, _ := procCPU(t.pid())
+			crs[i].FixedCPUSeconds = fixed1 - fixed0[i]
+			crs[i].FixedRequests = lats[i].ok
+		}
 		cr := &crs[i]
 		sat := phaseResult{ttfb: a.ttfb}
 		sortDurations(sat.ttfb)

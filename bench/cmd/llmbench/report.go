@@ -38,6 +38,10 @@ type cellRound struct {
 	FirstErr       string  `json:"first_error,omitempty"`
 
 	TTFBSamplesMs []float64 `json:"-"` // sorted, fixed-rate phase
+
+	// Proxy CPU over the fixed-rate phase and the requests it served.
+	FixedCPUSeconds float64 `json:"fixed_rate_cpu_s"`
+	FixedRequests   int     `json:"fixed_rate_requests"`
 }
 
 // cell is one target on one workload, medians over rounds.
@@ -58,6 +62,11 @@ type cell struct {
 	SatP99             float64 `json:"sat_ttfb_p99_ms"`
 	PeakRSSMiB         float64 `json:"peak_rss_mib"`
 	Errors             int     `json:"errors"`
+	// CPU per 1,000 requests at the fixed rate of the latency phase (every
+	// round's CPU over every round's requests), and its ratio to stock
+	// Caddy's at the same rate.
+	FixedCPUPer1k float64  `json:"fixed_rate_cpu_s_per_1k"`
+	FixedCPURatio *float64 `json:"fixed_rate_cpu_per_req_ratio_vs_caddy,omitempty"`
 
 	// Against stock Caddy on the same workload: medians of the per-round
 	// paired values (each round measured both within seconds).
@@ -153,21 +162,23 @@ type verdict struct {
 type report struct {
 	// Headline: llm_prefix_load at 4 KiB against stock Caddy, the worse
 	// of streamed and non-streamed answers.
-	CPURatio    *float64             `json:"cpu_per_req_ratio_vs_caddy"`
-	P99Added    *float64             `json:"ttfb_p99_added_ms_vs_caddy"`
-	P99AddedCI  map[string][]float64 `json:"ttfb_p99_added_ms_vs_caddy_ci95_by_mode"`
-	P50AddedBy  map[string]float64   `json:"ttfb_p50_added_ms_vs_caddy_by_mode"`
-	CPURatioBy  map[string]float64   `json:"cpu_per_req_ratio_vs_caddy_by_mode"`
-	P99AddedBy  map[string]float64   `json:"ttfb_p99_added_ms_vs_caddy_by_mode"`
-	MemRatio    *float64             `json:"mem_per_stream_ratio_vs_caddy,omitempty"`
-	Targets     verdict              `json:"targets"`
-	GeneratedAt string               `json:"generated_at"`
-	WallSeconds float64              `json:"wall_seconds"`
-	Notes       []string             `json:"notes,omitempty"`
-	Env         envInfo              `json:"env"`
-	Config      runConfig            `json:"config"`
-	Noise       noise                `json:"noise"`
-	Table       []*cell              `json:"table"`
+	CPURatio        *float64             `json:"cpu_per_req_ratio_vs_caddy"`
+	P99Added        *float64             `json:"ttfb_p99_added_ms_vs_caddy"`
+	P99AddedCI      map[string][]float64 `json:"ttfb_p99_added_ms_vs_caddy_ci95_by_mode"`
+	P50AddedBy      map[string]float64   `json:"ttfb_p50_added_ms_vs_caddy_by_mode"`
+	CPURatioBy      map[string]float64   `json:"cpu_per_req_ratio_vs_caddy_by_mode"`
+	P99AddedBy      map[string]float64   `json:"ttfb_p99_added_ms_vs_caddy_by_mode"`
+	FixedCPURatioBy map[string]float64   `json:"cpu_per_req_ratio_vs_caddy_fixed_rate_by_mode"`
+	MemRatio        *float64             `json:"mem_per_stream_ratio_vs_caddy,omitempty"`
+	LiveMemRatio    *float64             `json:"live_heap_per_stream_ratio_vs_caddy,omitempty"`
+	Targets         verdict              `json:"targets"`
+	GeneratedAt     string               `json:"generated_at"`
+	WallSeconds     float64              `json:"wall_seconds"`
+	Notes           []string             `json:"notes,omitempty"`
+	Env             envInfo              `json:"env"`
+	Config          runConfig            `json:"config"`
+	Noise           noise                `json:"noise"`
+	Table           []*cell              `json:"table"`
 
 	MatrixReleased []releaseCheck `json:"matrix_released,omitempty"`
 	Concurrency    []concResult   `json:"concurrency,omitempty"`
@@ -266,6 +277,15 @@ func (r *report) finish() {
 		c.SatP50 = median(get(c, func(x cellRound) float64 { return x.SatP50 }))
 		c.SatP99 = median(get(c, func(x cellRound) float64 { return x.SatP99 }))
 		c.PeakRSSMiB = median(get(c, func(x cellRound) float64 { return x.PeakRSSMiB }))
+		var fcpu float64
+		var freq int
+		for _, cr := range c.Rounds {
+			fcpu += cr.FixedCPUSeconds
+			freq += cr.FixedRequests
+		}
+		if freq > 0 && fcpu > 0 {
+			c.FixedCPUPer1k = fcpu / float64(freq) * 1000
+		}
 		c.RPSSpread = spread(get(c, func(x cellRound) float64 { return x.RPS }))
 		c.CPUSpread = spread(get(c, func(x cellRound) float64 { return x.CPUPer1k }))
 		for _, cr := range c.Rounds {
@@ -314,6 +334,9 @@ func (r *report) finish() {
 		if base == nil || c.Target == "caddy" || c.TTFBSamples == 0 || base.TTFBSamples == 0 {
 			continue
 		}
+		if base.FixedCPUPer1k > 0 && c.FixedCPUPer1k > 0 {
+			c.FixedCPURatio = ptr(c.FixedCPUPer1k / base.FixedCPUPer1k)
+		}
 		c.P50AddedMs = ptr(c.TTFBP50 - base.TTFBP50)
 		c.P90AddedMs = ptr(c.TTFBP90 - base.TTFBP90)
 		c.P99AddedMs = ptr(c.TTFBP99 - base.TTFBP99)
@@ -332,6 +355,9 @@ func (r *report) finish() {
 			if base == nil || c.Target == "caddy" || c.TTFBSamples == 0 || base.TTFBSamples == 0 {
 				continue
 			}
+			if base.FixedCPUPer1k > 0 && c.FixedCPUPer1k > 0 {
+				c.FixedCPURatio = ptr(c.FixedCPUPer1k / base.FixedCPUPer1k)
+			}
 			c.P50AddedMs = ptr(c.TTFBP50 - base.TTFBP50)
 			c.P99AddedMs = ptr(c.TTFBP99 - base.TTFBP99)
 		}
@@ -341,6 +367,7 @@ func (r *report) finish() {
 	// Headline.
 	r.CPURatioBy, r.P99AddedBy = map[string]float64{}, map[string]float64{}
 	r.P99AddedCI, r.P50AddedBy = map[string][]float64{}, map[string]float64{}
+	r.FixedCPURatioBy = map[string]float64{}
 	for _, stream := range []bool{false, true} {
 		c := r.index[cellKey("llm_prefix_load", 4096, stream)]
 		if c == nil {
@@ -355,6 +382,9 @@ func (r *report) finish() {
 		}
 		if c.P50AddedMs != nil {
 			r.P50AddedBy[mode] = *c.P50AddedMs
+		}
+		if c.FixedCPURatio != nil {
+			r.FixedCPURatioBy[mode] = *c.FixedCPURatio
 		}
 		if c.P99AddedCI != nil {
 			r.P99AddedCI[mode] = c.P99AddedCI
@@ -396,6 +426,9 @@ func (r *report) finish() {
 	}
 	if cc != nil && cl != nil && cc.KiBPerStream > 0 {
 		r.MemRatio = ptr(cl.KiBPerStream / cc.KiBPerStream)
+		if cc.LiveKiBPerStream > 0 {
+			r.LiveMemRatio = ptr(cl.LiveKiBPerStream / cc.LiveKiBPerStream)
+		}
 		r.Targets.MemMet = ptr(*r.MemRatio <= targetMemRatio)
 	}
 	released := true
@@ -523,13 +556,13 @@ func (r *report) markdown(w io.Writer) {
 		fmt.Fprintf(w, "Note: %s\n\n", n)
 	}
 	if len(r.Table) > 0 {
-		fmt.Fprintln(w, "| prompt | answer | target | req/s | × caddy | CPU s / 1k req | × caddy | TTFB p50 ms | p90 ms | p99 ms | p50 vs caddy | p99 vs caddy [95% CI] | peak RSS MiB | CPU spread |")
-		fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| prompt | answer | target | req/s | × caddy | CPU s / 1k req | × caddy | CPU s / 1k at fixed rate | × caddy | TTFB p50 ms | p90 ms | p99 ms | p50 vs caddy | p99 vs caddy [95% CI] | peak RSS MiB | CPU spread |")
+		fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, c := range r.Table {
 			mode := map[bool]string{false: "json", true: "sse"}[c.Stream]
-			cpu, rss := fnum(c.CPUPer1k, 3), fnum(c.PeakRSSMiB, 1)
+			cpu, fcpu, rss := fnum(c.CPUPer1k, 3), fnum(c.FixedCPUPer1k, 3), fnum(c.PeakRSSMiB, 1)
 			if c.Target == "direct" {
-				cpu, rss = "-", "-"
+				cpu, fcpu, rss = "-", "-", "-"
 			}
 			errs := ""
 			if c.Errors > 0 {
@@ -539,8 +572,9 @@ func (r *report) markdown(w io.Writer) {
 			if len(c.P99AddedCI) == 2 {
 				ci = fmt.Sprintf(" [%+.1f, %+.1f]", c.P99AddedCI[0], c.P99AddedCI[1])
 			}
-			fmt.Fprintf(w, "| %d KiB | %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s%s | %s | %s |\n",
+			fmt.Fprintf(w, "| %d KiB | %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s%s | %s | %s |\n",
 				c.PromptKiB, mode, c.Target, errs, fnum(c.RPS, 0), fptr(c.RPSRatio, 2, "", false), cpu, fptr(c.CPURatio, 2, "", false),
+				fcpu, fptr(c.FixedCPURatio, 2, "", false),
 				fnum(c.TTFBP50, 3), fnum(c.TTFBP90, 3), fnum(c.TTFBP99, 3), fptr(c.P50AddedMs, 3, " ms", true), fptr(c.P99AddedMs, 2, " ms", true), ci, rss, fnum(100*c.CPUSpread, 0)+"%")
 		}
 		fmt.Fprintln(w)
@@ -561,12 +595,13 @@ func (r *report) markdown(w io.Writer) {
 	}
 	t := r.Targets
 	fmt.Fprintln(w, "Targets (llm_prefix_load vs stock Caddy; headline = worse of json and sse at 4 KiB):")
-	fmt.Fprintf(w, "- CPU per request ≤ %.2f×: %s (json %s, sse %s) → %s\n", t.CPURatioMax, fptr(r.CPURatio, 2, "×", false),
-		fmtMap(r.CPURatioBy, "json", 2, "×"), fmtMap(r.CPURatioBy, "sse", 2, "×"), yesNo(t.CPUMet))
+	fmt.Fprintf(w, "- CPU per request ≤ %.2f× (at saturation): %s (json %s, sse %s) → %s; at the fixed rate of the latency phase: json %s, sse %s\n", t.CPURatioMax, fptr(r.CPURatio, 2, "×", false),
+		fmtMap(r.CPURatioBy, "json", 2, "×"), fmtMap(r.CPURatioBy, "sse", 2, "×"), yesNo(t.CPUMet),
+		fmtMap(r.FixedCPURatioBy, "json", 2, "×"), fmtMap(r.FixedCPURatioBy, "sse", 2, "×"))
 	fmt.Fprintf(w, "- p99 TTFB added ≤ %.1f ms: %s (json %s %s, sse %s %s; p50 added: json %s, sse %s) → %s\n", t.P99AddedMaxMs, fptr(r.P99Added, 3, " ms", true),
 		fmtMap(r.P99AddedBy, "json", 3, " ms"), fmtCI(r.P99AddedCI["json"]), fmtMap(r.P99AddedBy, "sse", 3, " ms"), fmtCI(r.P99AddedCI["sse"]),
 		fmtMap(r.P50AddedBy, "json", 3, " ms"), fmtMap(r.P50AddedBy, "sse", 3, " ms"), yesNo(t.P99Met)+conclusive(t.P99Met, t.P99Conclusive))
-	fmt.Fprintf(w, "- memory per held stream ≤ %.1f×: %s → %s\n", t.MemRatioMax, fptr(r.MemRatio, 2, "×", false), yesNo(t.MemMet))
+	fmt.Fprintf(w, "- memory per held stream ≤ %.1f× (RSS delta): %s → %s; live Go heap + stacks per stream: %s\n", t.MemRatioMax, fptr(r.MemRatio, 3, "×", false), yesNo(t.MemMet), fptr(r.LiveMemRatio, 3, "×", false))
 	fmt.Fprintf(w, "- every reservation released (total_in_flight == 0): %s\n", yesNo(t.ReleasedMet))
 	fmt.Fprintf(w, "- no request errors: %v\n", t.NoErrors)
 	if len(r.Table) > 0 {
