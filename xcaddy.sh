@@ -59,7 +59,7 @@ Try:
   curl -N http://localhost:8080/v1/chat/completions -H 'Authorization: Bearer sk-demo' -H 'Content-Type: application/json' -d '{"model":"demo","stream":true,"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"hi"}]}'
 Router state:  curl -s localhost:2019/llm_route/state
 Metrics:       curl -s localhost:2019/metrics | grep llmroute_
-Switch policy: curl -X PATCH localhost:2019/id/llm_policy/strategy -H 'Content-Type: application/json' -d '"least_load"'
+Switch policy: curl -X PATCH localhost:2019/config/apps/http/servers/srv0/routes/0/handle/1/load_balancing/selection_policy/strategy -H 'Content-Type: application/json' -d '"least_load"'
 Ctrl-C stops everything.
 MSG
   wait
