@@ -169,7 +169,9 @@ type reservation struct {
 }
 
 // firstByte records that the answer started: the request no longer delays
-// the first token of requests behind it.
+// the first token of requests behind it. (A probe is still judged when its
+// answer ends; trusting it at its first success byte would free a replica
+// sooner when answers stream for minutes: see the issue notes.)
 func (r *reservation) firstByte() {
 	s := r.replica
 	s.mu.Lock()

@@ -124,10 +124,12 @@ func (rc *routeCtx) endAttempt(o outcome, reason string, retryAfter time.Duratio
 	return rc.currentAddr
 }
 
-// firstByte marks the attempt in progress as answering.
+// firstByte marks the attempt in progress as answering. No retry can
+// follow, so the body is no longer needed.
 func (rc *routeCtx) firstByte() {
 	rc.mu.Lock()
 	cur := rc.current
+	rc.body = nil
 	rc.mu.Unlock()
 	if cur != nil {
 		cur.firstByte()

@@ -461,8 +461,11 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 			st.index.Insert(keys.Blocks)
 		}
 		clearAttemptPlaceholders(r)
-		if rc.body != nil {
-			r.Body = attemptBody(rc.body)
+		rc.mu.Lock()
+		body := rc.body
+		rc.mu.Unlock()
+		if body != nil {
+			r.Body = attemptBody(body)
 		}
 		metricDecision.WithLabelValues(p.strategy.Name()).Observe(time.Since(start).Seconds())
 		return pool[i], res

@@ -62,9 +62,68 @@ func (s *usageSniffer) observe(p []byte) []byte {
 		s.scanLines(p, nil)
 		return p
 	}
+	return s.scanStrip(p)
+}
+
+// scanStrip is scanLines for strip mode. It returns a subslice of p while
+// the lines it keeps are contiguous in p (every write but the rare one that
+// completes a line carried over from the last write, or that has a dropped
+// line between kept ones), and copies only otherwise.
+func (s *usageSniffer) scanStrip(p []byte) []byte {
 	var out []byte
-	out = s.scanLines(p, out[:0:0])
-	return out
+	copying := false
+	runStart, runEnd := 0, 0
+	keep := func(a, b int) {
+		switch {
+		case runStart == runEnd:
+			runStart, runEnd = a, b
+		case runEnd == a:
+			runEnd = b
+		default:
+			copying = true
+			out = append(out, p[runStart:runEnd]...)
+			runStart, runEnd = a, b
+		}
+	}
+	keepCopy := func(b []byte) {
+		copying = true
+		out = append(out, p[runStart:runEnd]...)
+		out = append(out, b...)
+		runStart, runEnd = 0, 0
+	}
+	pos := 0
+	for pos < len(p) {
+		i := bytes.IndexByte(p[pos:], '\n')
+		if i < 0 {
+			rest := p[pos:]
+			if len(s.line)+len(rest) <= maxSniffLine {
+				s.line = append(s.line, rest...)
+			} else if len(s.line) == 0 {
+				keep(pos, len(p))
+			} else {
+				// An oversized line cannot be a usage chunk: relay it.
+				keepCopy(s.line)
+				keep(pos, len(p))
+				s.line = s.line[:0]
+			}
+			break
+		}
+		end := pos + i + 1
+		if len(s.line) > 0 {
+			s.line = append(s.line, p[pos:end]...)
+			if !s.inspect(s.line) {
+				keepCopy(s.line)
+			}
+			s.line = s.line[:0]
+		} else if !s.inspect(p[pos:end]) {
+			keep(pos, end)
+		}
+		pos = end
+	}
+	if !copying {
+		return p[runStart:runEnd]
+	}
+	return append(out, p[runStart:runEnd]...)
 }
 
 // scanLines splits p into lines, inspects each complete one and, when out

@@ -61,6 +61,9 @@ const (
 	NoPrefixBodyShape     = "body has an unexpected shape"
 )
 
+// useFastChat turns the one-pass chat fast path on (tests compare both).
+var useFastChat = true
+
 // endpointOf maps a URL path to its Endpoint, tolerating one trailing slash.
 func endpointOf(path string) Endpoint {
 	switch strings.TrimSuffix(path, "/") {
@@ -104,6 +107,11 @@ func Parse(path string, body []byte, cfg ParseConfig) (*Request, error) {
 	req := &Request{Endpoint: endpointOf(path)}
 	switch req.Endpoint {
 	case EndpointChat:
+		if useFastChat {
+			if r, ok := fastChat(body, cfg); ok {
+				return r, nil
+			}
+		}
 		var b chatBody
 		bad, err := decode(body, &b, &b.commonBody, req)
 		switch {
