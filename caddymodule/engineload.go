@@ -144,6 +144,10 @@ func (e *engineLoad) stale(now time.Time) bool {
 func (s *replicaState) engineView(now time.Time) (waiting, running int, kv float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.engineViewLocked(now)
+}
+
+func (s *replicaState) engineViewLocked(now time.Time) (waiting, running int, kv float64) {
 	e := &s.engine
 	if e.stale(now) {
 		return -1, -1, -1

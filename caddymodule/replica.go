@@ -99,15 +99,25 @@ func (s *replicaState) availableLocked(now time.Time, limit int) availability {
 	return availOK
 }
 
-// snapshot returns the fields a strategy needs, under the lock.
-func (s *replicaState) snapshot(now time.Time, limit int) (inFlight, prefilling int, avail availability, coolLeft time.Duration) {
+// replicaView is what one selection reads of a replica, under one lock.
+type replicaView struct {
+	inFlight, prefilling int
+	avail                availability
+	coolLeft             time.Duration
+	waiting, running     int
+	kv                   float64
+}
+
+// snapshot returns the fields a strategy needs, under one lock.
+func (s *replicaState) snapshot(now time.Time, limit int) replicaView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	avail = s.availableLocked(now, limit)
+	v := replicaView{inFlight: s.inFlight, prefilling: s.prefilling, avail: s.availableLocked(now, limit)}
 	if now.Before(s.coolUntil) {
-		coolLeft = s.coolUntil.Sub(now)
+		v.coolLeft = s.coolUntil.Sub(now)
 	}
-	return s.inFlight, s.prefilling, avail, coolLeft
+	v.waiting, v.running, v.kv = s.engineViewLocked(now)
+	return v
 }
 
 // slowStartLimit ramps a new replica's cap linearly over slowStart, so that

@@ -11,6 +11,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/llmroute/caddy-llmroute/policies"
@@ -98,6 +99,7 @@ type LLMSelection struct {
 	EngineMetrics *EngineMetricsConfig `json:"engine_metrics,omitempty"`
 
 	strategy   policies.Strategy
+	decision   prometheus.Observer
 	cd         cooldownConfig
 	failStatus map[int]bool
 	queued     atomic.Int64
@@ -112,6 +114,8 @@ type LLMSelection struct {
 	// poolSig fingerprints the last upstream set seen; a change triggers
 	// the departure check.
 	poolSig  atomic.Uint64
+	lastPool atomic.Pointer[*reverseproxy.Upstream] // &pool[0] of the last set seen
+	lastLen  atomic.Int64
 	poolMu   sync.Mutex
 	poolLast map[string]struct{}
 
@@ -176,6 +180,7 @@ func (p *LLMSelection) Provision(ctx caddy.Context) error {
 		return err
 	}
 	registerMetrics(ctx)
+	p.decision = metricDecision.WithLabelValues(p.strategy.Name())
 	if p.EngineMetrics != nil {
 		p.scraper = newScraper(*p.EngineMetrics, p.logger)
 	}
@@ -413,30 +418,29 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 			limit = u.MaxRequests
 		}
 		limit = st.slowStartLimit(now, limit, time.Duration(p.SlowStart))
-		inFlight, prefilling, avail, coolLeft := st.snapshot(now, limit)
-		down := avail == availCooling || !u.Healthy() || rc.wasTried(addr)
-		unavailable := down || avail == availProbing
+		v := st.snapshot(now, limit)
+		down := v.avail == availCooling || !u.Healthy() || rc.wasTried(addr)
+		unavailable := down || v.avail == availProbing
 		if down {
 			res.cooling++
-			if coolLeft > 0 && (res.minCool == 0 || coolLeft < res.minCool) {
-				res.minCool = coolLeft
+			if v.coolLeft > 0 && (res.minCool == 0 || v.coolLeft < res.minCool) {
+				res.minCool = v.coolLeft
 			}
 		}
-		waiting, running, kv := st.engineView(now)
 		view = append(view, policies.Replica{
 			Addr:          addr,
-			InFlight:      inFlight,
-			Prefilling:    prefilling,
+			InFlight:      v.inFlight,
+			Prefilling:    v.prefilling,
 			Cap:           limit,
 			Unavailable:   unavailable,
-			EngineWaiting: waiting,
-			EngineRunning: running,
-			KVUsage:       kv,
+			EngineWaiting: v.waiting,
+			EngineRunning: v.running,
+			KVUsage:       v.kv,
 			Index:         st.index,
 		})
-		if avail == availFull {
+		if v.avail == availFull {
 			// Full is expressed through InFlight >= Cap so strategies see it.
-			view[len(view)-1].InFlight = max(inFlight, limit)
+			view[len(view)-1].InFlight = max(v.inFlight, limit)
 		}
 		states = append(states, st)
 	}
@@ -467,7 +471,9 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 		if body != nil {
 			r.Body = attemptBody(body)
 		}
-		metricDecision.WithLabelValues(p.strategy.Name()).Observe(time.Since(start).Seconds())
+		if p.decision != nil {
+			p.decision.Observe(time.Since(start).Seconds())
+		}
 		return pool[i], res
 	}
 	return nil, res
@@ -479,12 +485,17 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 // does. Requests still in flight on a departed replica keep their
 // reservation until they end. The common case (same set) costs one hash.
 func (p *LLMSelection) checkDepartures(pool reverseproxy.UpstreamPool) {
+	// Static upstreams arrive as the same slice every time: nothing moved.
+	if len(pool) > 0 && p.lastPool.Load() == &pool[0] && int(p.lastLen.Load()) == len(pool) {
+		return
+	}
 	var sig uint64
 	for _, u := range pool {
 		sig ^= policies.Rendezvous(0x9e3779b97f4a7c15, u.String())
 	}
 	sig ^= uint64(len(pool))
 	if p.poolSig.Load() == sig {
+		p.rememberPool(pool)
 		return
 	}
 	p.poolMu.Lock()
@@ -511,12 +522,21 @@ func (p *LLMSelection) checkDepartures(pool reverseproxy.UpstreamPool) {
 	}
 	p.poolLast = now
 	p.poolSig.Store(sig)
+	p.rememberPool(pool)
 	if !p.retired.Load() {
 		if old, loaded := successors.Swap(sig, p); loaded && old != p {
 			// A reload's new policy saw this set: requests queued under
 			// the old one look again under the new limits.
 			waiters.wakeAll()
 		}
+	}
+}
+
+// rememberPool notes the slice of a set already checked, for the fast path.
+func (p *LLMSelection) rememberPool(pool reverseproxy.UpstreamPool) {
+	if len(pool) > 0 {
+		p.lastLen.Store(int64(len(pool)))
+		p.lastPool.Store(&pool[0])
 	}
 }
 
