@@ -153,11 +153,11 @@ func TestGlobalRefuseClosesTheListener(t *testing.T) {
 	assert.Equal(t, 200, code)
 
 	// Through the admin endpoint, for a limited time.
-	resp, err := r.post(t, context.Background(), pathSimFault, `{"fault":"refuse","duration_ms":200}`)
+	resp, err := r.post(t, context.Background(), pathSimFault, `{"fault":"refuse","duration_ms":1500}`)
 	require.NoError(t, err)
 	assert.Contains(t, drain(resp), `"fault":"refuse"`)
 	assert.True(t, dialRefused(r.addr))
-	eventually(t, 3*time.Second, func() bool { return !dialRefused(r.addr) }, "the refusal expires")
+	eventually(t, 6*time.Second, func() bool { return !dialRefused(r.addr) }, "the refusal expires")
 	assert.Equal(t, "", r.s.Stats().Fault)
 }
 
