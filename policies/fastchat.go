@@ -182,30 +182,19 @@ func (s *fscan) skip(depth int) ([]byte, bool) {
 			if s.i >= len(s.b) || s.b[s.i] != '"' {
 				return nil, false
 			}
-			if _, _, ok := s.str(); !ok {
+			if _, _, ok := s.str(); !ok || !s.colon() {
 				return nil, false
 			}
-			s.ws()
-			if s.i >= len(s.b) || s.b[s.i] != ':' {
-				return nil, false
-			}
-			s.i++
 			if _, ok := s.skip(depth + 1); !ok {
 				return nil, false
 			}
-			s.ws()
-			if s.i >= len(s.b) {
+			more, ok := s.next('}')
+			if !ok {
 				return nil, false
 			}
-			if s.b[s.i] == ',' {
-				s.i++
-				continue
-			}
-			if s.b[s.i] == '}' {
-				s.i++
+			if !more {
 				break
 			}
-			return nil, false
 		}
 	case c == '[':
 		s.i++
@@ -218,19 +207,13 @@ func (s *fscan) skip(depth int) ([]byte, bool) {
 			if _, ok := s.skip(depth + 1); !ok {
 				return nil, false
 			}
-			s.ws()
-			if s.i >= len(s.b) {
+			more, ok := s.next(']')
+			if !ok {
 				return nil, false
 			}
-			if s.b[s.i] == ',' {
-				s.i++
-				continue
-			}
-			if s.b[s.i] == ']' {
-				s.i++
+			if !more {
 				break
 			}
-			return nil, false
 		}
 	case c == 't':
 		if !s.lit("true") {
