@@ -59,13 +59,14 @@ func (s *usageSniffer) observe(p []byte) []byte {
 		return p
 	}
 	if !s.strip {
-		s.scanLines(p, nil)
+		s.scanLines(p)
 		return p
 	}
 	return s.scanStrip(p)
 }
 
-// scanStrip is scanLines for strip mode. It returns a subslice of p while
+// scanStrip is scanLines for strip mode: it also leaves out the usage-only
+// chunk. It returns a subslice of p while
 // the lines it keeps are contiguous in p (every write but the rare one that
 // completes a line carried over from the last write, or that has a dropped
 // line between kept ones), and copies only otherwise.
@@ -126,38 +127,27 @@ func (s *usageSniffer) scanStrip(p []byte) []byte {
 	return append(out, p[runStart:runEnd]...)
 }
 
-// scanLines splits p into lines, inspects each complete one and, when out
-// is non-nil, appends the lines to keep.
-func (s *usageSniffer) scanLines(p []byte, out []byte) []byte {
-	keep := out != nil || s.strip
+// scanLines inspects every complete SSE line of p for usage; a partial line
+// is held until its end. The caller relays p itself (nothing is dropped
+// when not stripping).
+func (s *usageSniffer) scanLines(p []byte) {
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
 			if len(s.line)+len(p) <= maxSniffLine {
 				s.line = append(s.line, p...)
-			} else if keep {
-				// An oversized line cannot be a usage chunk: relay it.
-				out = append(out, s.line...)
-				out = append(out, p...)
-				s.line = s.line[:0]
 			}
-			return out
+			return
 		}
-		var line []byte
+		line := p[:i+1]
 		if len(s.line) > 0 {
-			s.line = append(s.line, p[:i+1]...)
+			s.line = append(s.line, line...)
 			line = s.line
-		} else {
-			line = p[:i+1]
 		}
-		drop := s.inspect(line)
-		if keep && !drop {
-			out = append(out, line...)
-		}
+		s.inspect(line)
 		s.line = s.line[:0]
 		p = p[i+1:]
 	}
-	return out
 }
 
 // inspect reads one SSE line and reports whether to drop it.
