@@ -345,16 +345,14 @@ func (p *LLMSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _
 		return up
 	}
 	if res.cooling == res.total {
-		rc.setReject(rejectNoHealthy, res.minCool)
-		metricRejected.WithLabelValues(rejectNoHealthy.String()).Inc()
+		rc.refuse(rejectNoHealthy, res.minCool)
 		return nil
 	}
 
 	// Every usable replica is full: wait for a slot, in FIFO order.
 	if p.queued.Add(1) > int64(p.QueueSize) {
 		p.queued.Add(-1)
-		rc.setReject(rejectQueueFull, time.Second)
-		metricRejected.WithLabelValues(rejectQueueFull.String()).Inc()
+		rc.refuse(rejectQueueFull, time.Second)
 		return nil
 	}
 	defer p.queued.Add(-1)
@@ -376,15 +374,13 @@ func (p *LLMSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _
 			return up
 		}
 		if res.cooling == res.total {
-			rc.setReject(rejectNoHealthy, res.minCool)
-			metricRejected.WithLabelValues(rejectNoHealthy.String()).Inc()
+			rc.refuse(rejectNoHealthy, res.minCool)
 			return nil
 		}
 		select {
 		case <-w.ch:
 		case <-timer.C:
-			rc.setReject(rejectQueueWait, time.Second)
-			metricRejected.WithLabelValues(rejectQueueWait.String()).Inc()
+			rc.refuse(rejectQueueWait, time.Second)
 			return nil
 		case <-r.Context().Done():
 			return nil
@@ -560,6 +556,12 @@ func (rc *routeCtx) setReject(r rejectReason, retryAfter time.Duration) {
 	rc.mu.Lock()
 	rc.reject, rc.retryAfter = r, retryAfter
 	rc.mu.Unlock()
+}
+
+// refuse records an admission refusal and counts it.
+func (rc *routeCtx) refuse(r rejectReason, retryAfter time.Duration) {
+	rc.setReject(r, retryAfter)
+	metricRejected.WithLabelValues(r.String()).Inc()
 }
 
 // UnmarshalCaddyfile sets up the policy from Caddyfile tokens:
