@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"text/template"
 	"time"
+
+	"github.com/llmroute/caddy-llmroute/internal/procstat"
 )
 
 // SiteConfig describes the Caddyfile a test or the soak runs: one site on
@@ -434,19 +436,6 @@ func (c *Caddy) Goroutines(ctx context.Context) (int, error) {
 
 // RSS returns the process's resident set size in bytes (VmRSS).
 func (c *Caddy) RSS() (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.Pid()))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(v)
-			if len(f) < 1 {
-				break
-			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			return kb * 1024, err
-		}
-	}
-	return 0, errors.New("VmRSS not found")
+	kb, err := procstat.StatusKB(c.Pid(), "VmRSS")
+	return kb * 1024, err
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmroute/caddy-llmroute/internal/procstat"
 )
 
 // concResult is the concurrency test of one proxy: streams slow SSE
@@ -146,7 +148,7 @@ func concurrencyTest(env *benchEnv, t *target, n, prompt int, interval, hold tim
 		res.FirstErr = "reading the Go heap: " + err.Error()
 	}
 	time.Sleep(300 * time.Millisecond)
-	base, _ := procStatusKB(pid, "VmRSS")
+	base, _ := procstat.StatusKB(pid, "VmRSS")
 	resetHWM(pid)
 	cpu0, _ := procCPU(pid)
 
@@ -186,7 +188,7 @@ func concurrencyTest(env *benchEnv, t *target, n, prompt int, interval, hold tim
 	var plateau []int64
 	holdEnd := time.Now().Add(hold)
 	for time.Now().Before(holdEnd) {
-		if rss, err := procStatusKB(pid, "VmRSS"); err == nil {
+		if rss, err := procstat.StatusKB(pid, "VmRSS"); err == nil {
 			plateau = append(plateau, rss)
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -205,7 +207,7 @@ func concurrencyTest(env *benchEnv, t *target, n, prompt int, interval, hold tim
 	wg.Wait()
 	res.HeldSeconds = time.Since(start).Seconds()
 	cpu1, _ := procCPU(pid)
-	peak, _ := procStatusKB(pid, "VmHWM")
+	peak, _ := procstat.StatusKB(pid, "VmHWM")
 
 	res.Errors = int(errs.Load())
 	res.OK = n - res.Errors

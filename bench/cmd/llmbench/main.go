@@ -30,6 +30,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/llmroute/caddy-llmroute/internal/procstat"
 )
 
 var tasksetPath string
@@ -628,7 +630,7 @@ func measureWorkload(env *benchEnv, o options, order []*target, w workload) []ce
 			cr.FirstErr = lat.firstErr
 		}
 		if t.pid() > 0 {
-			if hwm, err := procStatusKB(t.pid(), "VmHWM"); err == nil {
+			if hwm, err := procstat.StatusKB(t.pid(), "VmHWM"); err == nil {
 				cr.PeakRSSMiB = float64(hwm) / 1024
 			}
 			cr.HWMReset = hwmOK[i]

@@ -49,21 +49,6 @@ func procCPU(pid int) (float64, error) {
 	return float64(ut+st) / clkTck, nil
 }
 
-// procStatusKB returns a "Vm..." field of /proc/<pid>/status in KiB.
-func procStatusKB(pid int, field string) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			v = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB"))
-			return strconv.ParseInt(v, 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("no %s", field)
-}
-
 // resetHWM resets the peak RSS (VmHWM) of pid to its current RSS, so that a
 // long-lived proxy's peak can be read per measurement (Linux >= 4.0, needs
 // to own the process or be root). It reports whether that worked.
