@@ -14,7 +14,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -30,6 +29,7 @@ import (
 	"github.com/llmroute/caddy-llmroute/engine"
 	"github.com/llmroute/caddy-llmroute/experiments/sim"
 	"github.com/llmroute/caddy-llmroute/experiments/workload"
+	"github.com/llmroute/caddy-llmroute/internal/soak"
 	"github.com/llmroute/caddy-llmroute/policies"
 )
 
@@ -160,7 +160,7 @@ func Run(cfg Config) (*Record, error) {
 	if _, err := os.Stat(caddyBin); err != nil {
 		return nil, fmt.Errorf("e2e: caddy binary: %w (build it with ./xcaddy.sh build)", err)
 	}
-	root, err := moduleRoot()
+	root, err := soak.ModuleRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +218,7 @@ func Run(cfg Config) (*Record, error) {
 	}()
 	var upstreams []string
 	for i := range setup.Replicas {
-		addr, err := freeAddr()
+		addr, err := soak.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -249,7 +249,7 @@ func Run(cfg Config) (*Record, error) {
 				return nil, err
 			}
 		}
-		port, err := freeAddr()
+		port, err := soak.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -386,35 +386,6 @@ func Write(jsonPath, mdPath string, rec *Record) error {
 			r.E2E.P50, s.E2EP50Ms, r.MaxMinLoadRatio, s.MaxMinLoadRatio)
 	}
 	return os.WriteFile(mdPath, []byte(m.String()), 0o644)
-}
-
-// moduleRoot finds the directory of go.mod from the working directory up.
-func moduleRoot() (string, error) {
-	d, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d, nil
-		}
-		p := filepath.Dir(d)
-		if p == d {
-			return "", errors.New("e2e: go.mod not found above the working directory")
-		}
-		d = p
-	}
-}
-
-// freeAddr returns a loopback address with a port that was free a moment
-// ago.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 func waitHTTP(url string, d time.Duration) error {

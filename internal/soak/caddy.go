@@ -179,6 +179,26 @@ func FreeAddr() (string, error) {
 	return addr, ln.Close()
 }
 
+// ModuleRoot returns the directory holding go.mod, from the working
+// directory up: the tools that build or find ./caddy run from the
+// repository.
+func ModuleRoot() (string, error) {
+	d, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		p := filepath.Dir(d)
+		if p == d {
+			return "", errors.New("go.mod not found above the working directory: run from the repository")
+		}
+		d = p
+	}
+}
+
 // Caddy is one running caddy process.
 type Caddy struct {
 	AdminAddr string

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/llmroute/caddy-llmroute/internal/procstat"
+	"github.com/llmroute/caddy-llmroute/internal/soak"
 )
 
 var tasksetPath string
@@ -191,24 +192,6 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "[%s] "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 }
 
-// repoRoot finds the directory holding go.mod, upwards from the cwd.
-func repoRoot() (string, error) {
-	d, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d, nil
-		}
-		p := filepath.Dir(d)
-		if p == d {
-			return "", fmt.Errorf("no go.mod above the working directory: run from the repository")
-		}
-		d = p
-	}
-}
-
 // raiseNoFile lifts RLIMIT_NOFILE as far as allowed; children inherit it.
 func raiseNoFile() uint64 {
 	var lim syscall.Rlimit
@@ -227,7 +210,7 @@ func raiseNoFile() uint64 {
 
 func run(o options) error {
 	started := time.Now()
-	root, err := repoRoot()
+	root, err := soak.ModuleRoot()
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/llmroute/caddy-llmroute/internal/soak"
 	"golang.org/x/sys/unix"
 )
 
@@ -234,13 +235,13 @@ func waitListen(ctx context.Context, c *child, addr string) error {
 	}
 }
 
+// freeAddr is soak.FreeAddr for set-up code that cannot go on without one.
 func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := soak.FreeAddr()
 	if err != nil {
 		panic(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // startUpstreamChild runs this binary with -role=upstream.
