@@ -139,14 +139,8 @@ func (e *engineLoad) stale(now time.Time) bool {
 	return e.at.IsZero() || now.Sub(e.at) > e.staleAfter
 }
 
-// engineView returns what the strategies see: queue, running and KV usage,
-// each -1 when unknown or stale.
-func (s *replicaState) engineView(now time.Time) (waiting, running int, kv float64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.engineViewLocked(now)
-}
-
+// engineViewLocked returns what the strategies see: queue, running and KV
+// usage, each -1 when unknown or stale. The caller holds s.mu.
 func (s *replicaState) engineViewLocked(now time.Time) (waiting, running int, kv float64) {
 	e := &s.engine
 	if e.stale(now) {
@@ -176,7 +170,7 @@ var (
 	hitNames     = []string{"vllm:prefix_cache_hits", "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits", "vllm:gpu_prefix_cache_hits_total"}
 )
 
-// parseEngineMetrics reads Prometheus text exposition with the Prometheus
+// parseEngineSample reads Prometheus text exposition with the Prometheus
 // text parser and picks out the load signals of vLLM, SGLang or llama.cpp.
 func parseEngineSample(r io.Reader) (engineSample, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)

@@ -267,10 +267,3 @@ func (s *replicaState) failLocked(now time.Time, reason string, retryAfter time.
 	addr := s.addr
 	s.wakeTimer = time.AfterFunc(time.Until(s.coolUntil)+time.Millisecond, func() { waiters.wake(addr) })
 }
-
-// inFlightNow returns the replica's reservation count.
-func (s *replicaState) inFlightNow() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.inFlight
-}

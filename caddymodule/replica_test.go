@@ -84,3 +84,18 @@ func TestWaitListFIFO(t *testing.T) {
 	wl.remove(c)
 	assert.Equal(t, 0, wl.len())
 }
+
+// inFlightNow returns the replica's reservation count (for tests).
+func (s *replicaState) inFlightNow() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight
+}
+
+// engineView is the engine part of snapshot, read under the lock (for
+// tests).
+func (s *replicaState) engineView(now time.Time) (waiting, running int, kv float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.engineViewLocked(now)
+}
