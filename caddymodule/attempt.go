@@ -30,12 +30,19 @@ func previousAttempt(r *http.Request, failStatus map[int]bool) (outcome, string,
 		return outcomeFailure, "transport", 0
 	}
 	status, _ := v.(int)
-	var ra time.Duration
-	if h, ok := repl.GetString(phRetryAfter); ok {
-		ra = parseRetryAfter(h, time.Now())
-	}
 	o, reason := classifyStatus(status, failStatus)
-	return o, reason, ra
+	return o, reason, upstreamRetryAfter(r)
+}
+
+// upstreamRetryAfter is the Retry-After of the last upstream answer, 0 if
+// it had none.
+func upstreamRetryAfter(r *http.Request) time.Duration {
+	if repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); repl != nil {
+		if h, ok := repl.GetString(phRetryAfter); ok {
+			return parseRetryAfter(h, time.Now())
+		}
+	}
+	return 0
 }
 
 // clearAttemptPlaceholders forgets the previous attempt's status so that a

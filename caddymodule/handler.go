@@ -200,16 +200,10 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 	if errors.As(err, &herr) && herr.StatusCode >= 400 {
 		status = herr.StatusCode
 	}
-	var upRA time.Duration
-	if repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); repl != nil {
-		if v, ok := repl.GetString(phRetryAfter); ok {
-			upRA = parseRetryAfter(v, time.Now())
-		}
-	}
 	if c := h.logger.Check(zap.DebugLevel, "upstream error"); c != nil {
 		c.Write(zap.Int("status", status), zap.Error(err))
 	}
-	writeAPIError(ww, upstreamError(status, upRA))
+	writeAPIError(ww, upstreamError(status, upstreamRetryAfter(r)))
 	return nil
 }
 
