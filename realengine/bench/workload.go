@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/llmroute/caddy-llmroute/experiments/sim"
 )
 
 // Workload names.
@@ -116,13 +118,11 @@ func text(rng *rand.Rand, prefix string, size int) string {
 }
 
 // Percentile returns the q-quantile (0..1) of xs by linear interpolation
-// between closest ranks; NaN for no data. xs must be sorted.
+// between closest ranks (the simulator's sim.Percentile, so both report
+// the same statistic); NaN for no data. xs must be sorted.
 func Percentile(xs []float64, q float64) float64 {
 	if len(xs) == 0 {
 		return math.NaN()
 	}
-	pos := q * float64(len(xs)-1)
-	lo := int(math.Floor(pos))
-	hi := int(math.Ceil(pos))
-	return xs[lo] + (xs[hi]-xs[lo])*(pos-float64(lo))
+	return sim.Percentile(xs, q*100)
 }
