@@ -388,6 +388,10 @@ type Options struct {
 	// its connections: small values make a client that sends a large body
 	// block until the replica reads it.
 	RecvBuffer int
+	// ListenAddr, when set, is the host:port to listen on instead of
+	// 127.0.0.1:0 (for example 127.0.0.3:8000: replicas on distinct
+	// loopback addresses with one port, as behind a DNS name).
+	ListenAddr string
 }
 
 // StartWith starts a replica with options.
@@ -408,7 +412,11 @@ func StartWith(tracker *Tracker, o Options) (*Replica, error) {
 			return serr
 		}
 	}
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	listen := "127.0.0.1:0"
+	if o.ListenAddr != "" {
+		listen = o.ListenAddr
+	}
+	ln, err := lc.Listen(context.Background(), "tcp", listen)
 	if err != nil {
 		return nil, err
 	}

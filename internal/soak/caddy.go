@@ -31,6 +31,14 @@ type SiteConfig struct {
 	ListenAddr string // 127.0.0.1:port of the site
 	Upstreams  []string
 
+	// Dynamic, when set, is a reverse_proxy dynamic upstream block (for
+	// example "dynamic a svc.test. 8000 {\n\trefresh 200ms\n}"), rendered
+	// in the reverse_proxy block after the static Upstreams (usually none).
+	Dynamic string
+	// TransportResolvers, when set, are the DNS servers the http transport
+	// resolves upstream host names with (dynamic srv targets).
+	TransportResolvers []string
+
 	APIKey       string // "" turns authentication off
 	MaxBodyBytes string // e.g. "64KiB"; "" keeps the default
 	ReplicaHdr   string // "" turns the replica header off
@@ -44,6 +52,8 @@ type SiteConfig struct {
 	CooldownMax  time.Duration
 	FailStatus   []int
 	ColdChoices  int // 0 keeps the default
+	// SlowStart, when set, is the policy's slow_start ramp.
+	SlowStart time.Duration
 
 	// Retries is lb_retries; NoRetryMatch leaves out the lb_retry_match
 	// rules (429/503 and transport errors).
@@ -67,6 +77,10 @@ var siteTmpl = template.Must(template.New("caddyfile").Funcs(template.FuncMap{
 			s[i] = strconv.Itoa(x)
 		}
 		return strings.Join(s, " ")
+	},
+	// indent puts tabs before every line of s after the first.
+	"indent": func(tabs int, s string) string {
+		return strings.ReplaceAll(s, "\n", "\n"+strings.Repeat("\t", tabs))
 	},
 }).Parse(`{
 	admin {{.AdminAddr}}
@@ -98,6 +112,9 @@ http://{{.ListenAddr}} {
 {{- end}}
 	}
 	reverse_proxy {{join .Upstreams " "}} {
+{{- if .Dynamic}}
+		{{indent 2 .Dynamic}}
+{{- end}}
 		lb_policy llm {
 			strategy {{.Strategy}}
 			max_in_flight {{.MaxInFlight}}
@@ -109,6 +126,9 @@ http://{{.ListenAddr}} {
 {{- end}}
 {{- if .ColdChoices}}
 			cold_choices {{.ColdChoices}}
+{{- end}}
+{{- if .SlowStart}}
+			slow_start {{.SlowStart}}
 {{- end}}
 		}
 {{- if .Retries}}
@@ -128,6 +148,9 @@ http://{{.ListenAddr}} {
 		transport http {
 			dial_timeout {{.DialTimeout}}
 			response_header_timeout {{.ResponseHeaderTimeout}}
+{{- if .TransportResolvers}}
+			resolvers {{join .TransportResolvers " "}}
+{{- end}}
 		}
 	}
 }
