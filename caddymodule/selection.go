@@ -332,7 +332,7 @@ func (p *LLMSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _
 		return nil
 	}
 	if len(pool) == 0 {
-		rc.setReject(rejectNoReplicas, time.Second)
+		rc.refuse(rejectNoReplicas, time.Second)
 		return nil
 	}
 	var keys policies.Keys

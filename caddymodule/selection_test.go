@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -315,23 +317,51 @@ func TestReloadDuringStream(t *testing.T) {
 }
 
 // TestMetricsExposed proves the router's metrics appear in Caddy's /metrics
-// after traffic.
+// after traffic, and that a refusal because the upstream set is empty
+// (no_replicas) is counted in llmroute_admission_rejected_total.
 func TestMetricsExposed(t *testing.T) {
 	f := newFake(t)
 	r := startRouter(t, fmt.Sprintf(`
-	llm_route
-	reverse_proxy %s {
-		lb_policy llm
+	handle /empty/* {
+		llm_route
+		# A dynamic source with no sources yields an empty upstream set.
+		reverse_proxy {
+			dynamic multi
+			lb_policy llm
+		}
+	}
+	handle {
+		llm_route
+		reverse_proxy %s {
+			lb_policy llm
+		}
 	}`, f.addr))
 	resp := post(t, r.url("/v1/chat/completions"), "", "", "", chatBody("s", "x", false))
 	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	rejected := counterValue(t, metricRejected.WithLabelValues("no_replicas"))
+	resp = post(t, r.url("/empty/v1/chat/completions"), "", "", "", chatBody("s", "x", false))
+	assert.Equal(t, 503, resp.StatusCode)
+	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+	_, code := apiErr(t, resp)
+	assert.Equal(t, "no_replicas", code)
+	assert.Equal(t, rejected+1, counterValue(t, metricRejected.WithLabelValues("no_replicas")), "the no_replicas refusal must be counted once")
 	mresp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", r.admin))
 	require.NoError(t, err)
 	body, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
-	for _, name := range []string{"llmroute_requests_total", "llmroute_in_flight", "llmroute_decision_seconds", "llmroute_time_to_first_byte_seconds", "llmroute_index_entries"} {
+	for _, name := range []string{"llmroute_requests_total", "llmroute_in_flight", "llmroute_decision_seconds", "llmroute_time_to_first_byte_seconds", "llmroute_index_entries",
+		`llmroute_admission_rejected_total{reason="no_replicas"}`} {
 		assert.Contains(t, string(body), name)
 	}
+}
+
+// counterValue reads a counter's current value.
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, c.Write(&m))
+	return m.GetCounter().GetValue()
 }
 
 // TestRefusedAndFailStatus proves a refused connection is retried on
