@@ -14,14 +14,19 @@ import "math"
 //  2. Among candidates, the longest Index.Match of keys.Blocks wins when it
 //     is at least Options.MinMatchBlocks; equal matches go to the higher
 //     Rendezvous rank of keys.Leading.
-//  3. A cold prefix (no such match) goes to its home: the candidate with
-//     the highest Rendezvous rank of keys.Leading, so that every router
-//     instance picks the same replica (Options.ColdChoices 1, the
-//     default). ColdChoices 2 lets it go to the second-ranked candidate
-//     when that one is less loaded; 3 to the least-loaded candidate, ties
-//     to the home. Those cut tail latency for traffic that shares nothing
-//     when one router decides, and cost hit rate when several do, because
-//     each then places a new prefix by its own view of the load
+//  3. A cold prefix (no such match on any Free replica) goes to its home:
+//     the highest Rendezvous rank of keys.Leading among Free replicas
+//     within the looser cold bound, where c is Options.ColdBalanceFactor
+//     (2 by default), so that every router instance picks the same
+//     replica although each sees only its own in-flight requests
+//     (Options.ColdChoices 1, the default). A prefix resident only on
+//     replicas over the bound is hot, not cold: it spills to the
+//     highest-ranked candidate, deterministic too. ColdChoices 2 lets a
+//     cold prefix go to the second-ranked candidate when that one is less
+//     loaded; 3 to the least-loaded candidate, ties to the home. Those cut
+//     tail latency for traffic that shares nothing when one router
+//     decides, and cost hit rate when several do, because each then
+//     places a new prefix by its own view of the load
 //     (experiments/results/variants.json and residency.json).
 //  4. A request without keys goes to the least-loaded candidate, ties broken
 //     pseudo-randomly.
@@ -122,11 +127,15 @@ func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
 		minLoad = minAll
 	}
 	bound := int(math.Ceil(s.opts.BalanceFactor*float64(total+1)/float64(n))) + s.opts.LoadSlack
+	coldBound := int(math.Ceil(s.opts.ColdBalanceFactor*float64(total+1)/float64(n))) + s.opts.LoadSlack
 
 	// Pass 2: among candidates, the longest match (ties by rank) and the
 	// home (highest rank).
 	best, bestMatch, bestScore := -1, 0, uint64(0)
 	home, homeScore, second, secondScore := -1, uint64(0), -1, uint64(0)
+	// coldHome is the highest-ranked replica within the cold bound; spill
+	// is set when the prefix is resident only on replicas over the bound.
+	coldHome, coldScore, spill := -1, uint64(0), false
 	// coolest is the least-loaded candidate (ties to the higher rank), the
 	// cold choice when ColdChoices is 3 or more.
 	coolest, coolestScore := -1, uint64(0)
@@ -135,11 +144,24 @@ func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
 		if !r.Free() || (!allSat && saturated(r)) {
 			continue
 		}
-		if l := r.Load(); l+1 > bound && l != minLoad {
+		l := r.Load()
+		sc := Rendezvous(keys.Leading, r.Addr)
+		var m int
+		if s.match != nil {
+			m = s.match(keys, i, r)
+		} else {
+			m = r.Index.Match(keys.Blocks)
+		}
+		if (l+1 <= coldBound || l == minLoad) && (coldHome < 0 || sc > coldScore) {
+			coldHome, coldScore = i, sc
+		}
+		if l+1 > bound && l != minLoad {
+			// A replica that holds the prefix but is over the bound makes
+			// this a spill of a hot prefix, not a cold placement.
+			spill = spill || m >= s.opts.MinMatchBlocks
 			continue
 		}
-		sc := Rendezvous(keys.Leading, r.Addr)
-		if l := r.Load(); coolest < 0 || l < replicas[coolest].Load() || (l == replicas[coolest].Load() && sc > coolestScore) {
+		if coolest < 0 || l < replicas[coolest].Load() || (l == replicas[coolest].Load() && sc > coolestScore) {
 			coolest, coolestScore = i, sc
 		}
 		switch {
@@ -148,12 +170,6 @@ func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
 			home, homeScore = i, sc
 		case second < 0 || sc > secondScore:
 			second, secondScore = i, sc
-		}
-		var m int
-		if s.match != nil {
-			m = s.match(keys, i, r)
-		} else {
-			m = r.Index.Match(keys.Blocks)
 		}
 		if best < 0 || m > bestMatch || (m == bestMatch && sc > bestScore) {
 			best, bestMatch, bestScore = i, m, sc
@@ -167,6 +183,8 @@ func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
 		return coolest
 	case s.opts.ColdChoices == 2 && second >= 0 && replicas[second].Load() < replicas[home].Load():
 		return second
+	case s.opts.ColdChoices == 2 || spill:
+		return home
 	}
-	return home
+	return coldHome
 }

@@ -89,7 +89,32 @@ func TestPrefixLoad(t *testing.T) {
 			}
 			rs[rank[4]].InFlight = 3
 		}, want: []int{rank[4]}},
-		{name: "tight bound: only the least loaded is a candidate", opts: Options{BalanceFactor: 1, LoadSlack: -1}, setup: func(rs []Replica) {
+		{name: "cold home over the bound but within the cold bound stays home", setup: func(rs []Replica) {
+			for i := range rs {
+				rs[i].InFlight = 12
+			}
+			rs[rank[0]].InFlight = 23 // bound ceil(1.5*84/6)+2 = 23, cold bound ceil(2*84/6)+2 = 30
+		}, want: []int{rank[0]}},
+		{name: "cold home over the cold bound spills to next rank", setup: func(rs []Replica) {
+			for i := range rs {
+				rs[i].InFlight = 12
+			}
+			rs[rank[0]].InFlight = 40 // cold bound ceil(2*101/6)+2 = 36
+		}, want: []int{rank[1]}},
+		{name: "cold bound as tight as the bound spills the cold home", opts: Options{ColdBalanceFactor: 1.5}, setup: func(rs []Replica) {
+			for i := range rs {
+				rs[i].InFlight = 12
+			}
+			rs[rank[0]].InFlight = 23
+		}, want: []int{rank[1]}},
+		{name: "hot prefix at its home over the bound spills by the bound, not the cold bound", setup: func(rs []Replica) {
+			for i := range rs {
+				rs[i].InFlight = 12
+			}
+			rs[rank[0]].InFlight = 23
+			rs[rank[0]].Index.Insert(keys.Blocks)
+		}, want: []int{rank[1]}},
+		{name: "tight bound: only the least loaded is a candidate", opts: Options{BalanceFactor: 1, LoadSlack: -1, ColdBalanceFactor: 1}, setup: func(rs []Replica) {
 			for i := range rs {
 				rs[i].InFlight = 20
 			}

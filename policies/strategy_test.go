@@ -44,15 +44,19 @@ func TestNewStrategy(t *testing.T) {
 	}
 	_, err = NewStrategy("prefix_load", Options{BalanceFactor: 0.9})
 	assert.Error(t, err)
+	_, err = NewStrategy("prefix_load", Options{ColdBalanceFactor: 0.5})
+	assert.Error(t, err)
 }
 
 func TestOptionsDefaults(t *testing.T) {
 	tests := []struct {
 		in, want Options
 	}{
-		{Options{}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 2, MinMatchBlocks: 1, ColdChoices: DefaultColdChoices}},
-		{Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdChoices: 1}, Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdChoices: 1}},
-		{Options{LoadSlack: -1, MinMatchBlocks: -3}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 0, MinMatchBlocks: 1, ColdChoices: DefaultColdChoices}},
+		{Options{}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 2, MinMatchBlocks: 1, ColdChoices: DefaultColdChoices, ColdBalanceFactor: DefaultColdBalanceFactor}},
+		{Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdChoices: 1, ColdBalanceFactor: 1.25}, Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdChoices: 1, ColdBalanceFactor: 1.25}},
+		{Options{LoadSlack: -1, MinMatchBlocks: -3}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 0, MinMatchBlocks: 1, ColdChoices: DefaultColdChoices, ColdBalanceFactor: DefaultColdBalanceFactor}},
+		// An unset cold factor is never tighter than the warm one.
+		{Options{BalanceFactor: 3}, Options{BalanceFactor: 3, LoadSlack: 2, MinMatchBlocks: 1, ColdChoices: DefaultColdChoices, ColdBalanceFactor: 3}},
 	}
 	for _, tt := range tests {
 		got, err := tt.in.withDefaults()

@@ -55,6 +55,15 @@ type Result struct {
 
 	Residency Residency `json:"residency"`
 
+	// With several routers: AgreementKeys leading keys were seen by at
+	// least two of them, and Agreement is the fraction of those that every
+	// router sent to the same replica the first time it saw the key (when
+	// the key was cold to that router): how well instances with no shared
+	// state agree on where a new prefix lives.
+	AgreementKeys int     `json:"agreement_keys,omitempty"`
+	Agreement     float64 `json:"cold_agreement,omitempty"`
+	agreed        int
+
 	// Samples (KeepSamples): TTFT and latency of every completed request.
 	TTFTSamples []float64 `json:"-"`
 
@@ -199,6 +208,9 @@ func (r *Result) summarize() {
 	}
 	if mx > 0 {
 		r.MaxMinLoadRatio = float64(mx) / float64(max(mn, 1))
+	}
+	if r.AgreementKeys > 0 {
+		r.Agreement = float64(r.agreed) / float64(r.AgreementKeys)
 	}
 	res := &r.Residency
 	res.Precision = ratio(res.OverlapTokens, res.PredictedTokens)

@@ -146,6 +146,10 @@ type Sim struct {
 	res       *Result
 	blockSize int // router block bytes
 	indexMax  int
+	// firstPlace holds, per leading key, the replica each router sent
+	// that key to the first time it saw it (-1: not yet); kept only with
+	// several routers, to measure how often they agree.
+	firstPlace map[uint64][]int
 }
 
 // Run simulates the workload under cfg and returns the measurements.
@@ -171,6 +175,9 @@ func newSim(cfg Config, w *workload.Workload) (*Sim, error) {
 		cfg.SampleInterval = time.Second
 	}
 	s := &Sim{cfg: cfg, w: w, rng: rand.New(rand.NewPCG(cfg.Seed, 0x73696d)), flights: map[uint64]*flight{}}
+	if cfg.Routers > 1 {
+		s.firstPlace = map[uint64][]int{}
+	}
 	s.blockSize = w.Params.Parse.BlockSize
 	if s.blockSize <= 0 {
 		s.blockSize = policies.DefaultBlockSize
@@ -316,6 +323,7 @@ func (s *Sim) dispatch(rt *router, f *flight) bool {
 	}
 	rp, v := s.reps[i], &rt.reps[i]
 	f.replica = i
+	s.placeFirst(f, i)
 	f.predicted = v.index.Match(f.req.Keys.Blocks)
 	f.trueTok = rp.eng.CachedPrefixTokens(f.tokens)
 	if len(f.req.Keys.Blocks) > 0 {
@@ -472,8 +480,45 @@ func (s *Sim) purge(v *replicaView, counter *int) {
 }
 
 // finish sorts the samples and computes the summary figures.
+// placeFirst records where f's router sends f's leading key the first
+// time that router sees it.
+func (s *Sim) placeFirst(f *flight, i int) {
+	if s.firstPlace == nil || f.req.Keys.Leading == 0 {
+		return
+	}
+	p := s.firstPlace[f.req.Keys.Leading]
+	if p == nil {
+		p = make([]int, len(s.rts))
+		for j := range p {
+			p[j] = -1
+		}
+		s.firstPlace[f.req.Keys.Leading] = p
+	}
+	if p[f.router] < 0 {
+		p[f.router] = i
+	}
+}
+
 func (s *Sim) finish() *Result {
 	r := s.res
+	for _, p := range s.firstPlace {
+		seen, agree, at := 0, true, -1
+		for _, i := range p {
+			if i < 0 {
+				continue
+			}
+			if seen++; at >= 0 && i != at {
+				agree = false
+			}
+			at = i
+		}
+		if seen >= 2 {
+			r.AgreementKeys++
+			if agree {
+				r.agreed++
+			}
+		}
+	}
 	for _, rp := range s.reps {
 		st := rp.eng.Stats()
 		r.Preemptions += st.Preemptions

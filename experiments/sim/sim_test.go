@@ -209,3 +209,39 @@ func TestBoundedHashRespectsBound(t *testing.T) {
 		t.Fatalf("home within bound not picked: %d, want %d", got, home)
 	}
 }
+
+// TestAgreement measures how often several routers first send a leading
+// key to the same replica: always with pure rendezvous hashing, far from
+// always at random, and not at all with one router.
+func TestAgreement(t *testing.T) {
+	w := func() *workload.Workload {
+		w, err := workload.Generate(workload.Params{Kind: workload.SharedPrefix, Requests: 600, Rate: 40, Groups: 64,
+			SystemTokens: 256, QuestionTokens: 16, OutputTokens: 8, Seed: 5, Parse: policies.ParseConfig{Deployment: "t"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	run := func(policy string, routers int) *Result {
+		cfg := config(policy, 1024)
+		cfg.Routers = routers
+		return mustRun(t, cfg, w())
+	}
+	one := run("prefix_affinity", 1)
+	if one.AgreementKeys != 0 || one.Agreement != 0 {
+		t.Errorf("one router: agreement %v over %d keys, want none", one.Agreement, one.AgreementKeys)
+	}
+	hash := run("prefix_affinity", 3)
+	if hash.AgreementKeys < 32 || hash.Agreement != 1 {
+		t.Errorf("rendezvous: agreement %v over %d keys, want 1 over most of 64", hash.Agreement, hash.AgreementKeys)
+	}
+	rnd := run("random", 3)
+	if rnd.AgreementKeys != hash.AgreementKeys || rnd.Agreement > 0.5 {
+		t.Errorf("random: agreement %v over %d keys, want < 0.5 over %d", rnd.Agreement, rnd.AgreementKeys, hash.AgreementKeys)
+	}
+	pl := run("prefix_load", 3)
+	t.Logf("agreement over %d keys: prefix_affinity %.3f, random %.3f, prefix_load %.3f", hash.AgreementKeys, hash.Agreement, rnd.Agreement, pl.Agreement)
+	if pl.Agreement < 0.95 {
+		t.Errorf("prefix_load at low load: agreement %v, want >= 0.95", pl.Agreement)
+	}
+}

@@ -125,16 +125,20 @@ func ResidencyMarkdown(rec *ResidencyRecord) string {
 	}
 	for _, s := range scns {
 		fmt.Fprintf(&b, "## %s\n\n", s)
-		b.WriteString("| workload | knob | value | mode | policy | hit rate | TTFT p50 | TTFT p99 | precision | recall | prec. reported | recall reported | module prec. | hits/misses/cold | purges (counters/misses) | boundary mean/abs tok | final index cap | errors |\n")
-		b.WriteString("|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|\n")
+		b.WriteString("| workload | knob | value | mode | policy | hit rate | TTFT p50 | TTFT p99 | precision | recall | prec. reported | recall reported | module prec. | hits/misses/cold | purges (counters/misses) | boundary mean/abs tok | final index cap | errors | cold agreement |\n")
+		b.WriteString("|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|\n")
 		for _, r := range rec.Rows {
 			if r.Scenario != s {
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %s | %g | %s | %s | %.3f | %.1f | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f | %d/%d/%d | %d/%d | %.1f/%.1f | %.0f | %d |\n",
+			agree := ""
+			if r.AgreementKeys > 0 {
+				agree = fmt.Sprintf("%.3f (%d keys)", r.ColdAgreement, r.AgreementKeys)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %g | %s | %s | %.3f | %.1f | %.1f | %.3f | %.3f | %.3f | %.3f | %.3f | %d/%d/%d | %d/%d | %.1f/%.1f | %.0f | %d | %s |\n",
 				r.Workload, r.Knob, r.Value, r.Mode, r.Policy, r.TokenHitRate, r.TTFTP50Ms, r.TTFTP99Ms, r.Precision, r.Recall,
 				r.PrecisionReported, r.RecallReported, r.ModulePrecision, r.Hits, r.Misses, r.Cold, r.PurgesCounters, r.PurgesMisses,
-				r.BoundaryMeanTok, r.BoundaryAbsTok, r.MeanIndexCap, r.Errors)
+				r.BoundaryMeanTok, r.BoundaryAbsTok, r.MeanIndexCap, r.Errors, agree)
 		}
 		b.WriteString("\n")
 	}

@@ -36,8 +36,17 @@ func policyColor(name string) color.Color {
 			return plotutil.Color(i)
 		}
 	}
+	for i, m := range agreementSettings {
+		if m == name {
+			return plotutil.Color(len(Modes) + i)
+		}
+	}
 	return color.Black
 }
+
+// agreementSettings are the rows of the residency analysis's agreement
+// scenario besides the shipped "both".
+var agreementSettings = []string{"cold_balance_factor 1.5", "cold_choices 3"}
 
 func policyDashes(name string) []vg.Length {
 	switch name {
@@ -296,7 +305,11 @@ func PlotResidency(dir string, rec *ResidencyRecord) error {
 	}
 	for _, k := range order {
 		rows := groups[k]
-		for _, m := range []struct{ key, label string }{{"precision", "precision (tokens)"}, {"recall", "recall (tokens)"}, {"hit", "token hit rate"}} {
+		metrics := []struct{ key, label string }{{"precision", "precision (tokens)"}, {"recall", "recall (tokens)"}, {"hit", "token hit rate"}}
+		if k.scn == "agreement" {
+			metrics = append(metrics, struct{ key, label string }{"agreement", "routers agreeing on a new prefix"})
+		}
+		for _, m := range metrics {
 			bym := map[string]*series{}
 			var names []string
 			for _, r := range rows {
@@ -312,6 +325,8 @@ func PlotResidency(dir string, rec *ResidencyRecord) error {
 					s.ys = append(s.ys, r.Precision)
 				case "recall":
 					s.ys = append(s.ys, r.Recall)
+				case "agreement":
+					s.ys = append(s.ys, r.ColdAgreement)
 				default:
 					s.ys = append(s.ys, r.TokenHitRate)
 				}
@@ -322,7 +337,7 @@ func PlotResidency(dir string, rec *ResidencyRecord) error {
 				sortXY(&s)
 				ss = append(ss, s)
 			}
-			logX := k.scn == "kv" || k.scn == "prefixes" || k.scn == "blocks" || k.scn == "routers"
+			logX := k.scn == "kv" || k.scn == "prefixes" || k.scn == "blocks" || k.scn == "routers" || k.scn == "agreement"
 			path := filepath.Join(dir, fmt.Sprintf("residency_%s_%s_%s.png", k.scn, m.key, k.kind))
 			if err := linePlotL(path, fmt.Sprintf("residency hint, %s: %s (%s, prefix_load)", k.scn, m.label, k.kind),
 				rows[0].Knob, m.label, logX, true, ss); err != nil {

@@ -2,6 +2,7 @@ package suite
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/llmroute/caddy-llmroute/experiments/sim"
@@ -65,6 +66,11 @@ type ResidencyRow struct {
 	MeanIndexCap      float64 `json:"mean_final_index_capacity"`
 	Errors            int     `json:"errors"`
 	Restarts          int     `json:"restarts"`
+	// ColdAgreement (several routers) is the fraction of leading keys
+	// seen by at least two routers that every router first sent to the
+	// same replica; AgreementKeys is how many there were.
+	ColdAgreement float64 `json:"cold_agreement,omitempty"`
+	AgreementKeys int     `json:"agreement_keys,omitempty"`
 }
 
 func residencyRow(scn, kind, knob string, v float64, mode string, res *sim.Result) ResidencyRow {
@@ -76,7 +82,8 @@ func residencyRow(scn, kind, knob string, v float64, mode string, res *sim.Resul
 		ModulePrecision: round(rs.ModulePrecision, 4), Hits: rs.Hits, Misses: rs.Misses, Cold: rs.Cold,
 		PurgesCounters: rs.PurgesCounters, PurgesMisses: rs.PurgesMisses,
 		BoundaryMeanTok: round(rs.BoundaryMeanTok, 1), BoundaryAbsTok: round(rs.BoundaryAbsTok, 1),
-		MeanIndexCap: round(rs.MeanIndexCap, 0), Errors: res.Errors, Restarts: res.Restarts}
+		MeanIndexCap: round(rs.MeanIndexCap, 0), Errors: res.Errors, Restarts: res.Restarts,
+		ColdAgreement: round(res.Agreement, 4), AgreementKeys: res.AgreementKeys}
 }
 
 // residencyRequests is the request count of each run.
@@ -186,6 +193,26 @@ func planResidency(o *Options, r *runner) (*plan[*ResidencyRecord], error) {
 			add("routers", "routers", nr, "both", SimConfig("prefix_affinity", s, o.Seed), base[kind])
 			add("routers", "routers", nr, "both", SimConfig("oracle", s, o.Seed), base[kind])
 		}
+	}
+
+	// 6. Routers agree on where a new prefix goes: 256 groups, so that
+	// the agreement is measured over enough keys; the cold bound's
+	// factor as shipped, at the warm bound's 1.5 (before), and
+	// cold_choices 3.
+	for _, nr := range []float64{2, 4, 8} {
+		s := st
+		s.Routers = int(nr)
+		w := ws[2+slices.Index(groups, 256)]
+		if w.Params.Groups != 256 {
+			continue // quick runs have no 256-group workload
+		}
+		add("agreement", "routers", nr, "both", SimConfig("prefix_load", s, o.Seed), w)
+		c := SimConfig("prefix_load", s, o.Seed)
+		c.Options.ColdBalanceFactor = policies.DefaultBalanceFactor
+		add("agreement", "routers", nr, agreementSettings[0], c, w)
+		c = SimConfig("prefix_load", s, o.Seed)
+		c.Options.ColdChoices = 3
+		add("agreement", "routers", nr, agreementSettings[1], c, w)
 	}
 
 	tasks := make([]*task, len(rts))
