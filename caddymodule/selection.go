@@ -81,6 +81,15 @@ type LLMSelection struct {
 	// several routers they cost hit rate.
 	ColdChoices int `json:"cold_choices,omitempty"`
 
+	// ColdBalanceFactor is the looser load bound a cold prefix's home must
+	// be within (cold_choices 1): past it the prefix goes to the next
+	// rendezvous-ranked replica. It is looser than balance_factor because
+	// each router instance judges load from its own requests only, and a
+	// new prefix should land where every instance would put it; a prefix
+	// already resident on a replica over balance_factor still spills by
+	// balance_factor. Default 2 (never below balance_factor).
+	ColdBalanceFactor float64 `json:"cold_balance_factor,omitempty"`
+
 	// IndexBlocks is the capacity, in 128-byte blocks, of each replica's
 	// residency index until the engine reports its cache size. Default 16384.
 	IndexBlocks int `json:"index_blocks,omitempty"`
@@ -175,6 +184,8 @@ func (p *LLMSelection) Provision(ctx caddy.Context) error {
 		BalanceFactor: p.BalanceFactor,
 		LoadSlack:     p.LoadSlack,
 		ColdChoices:   p.ColdChoices,
+
+		ColdBalanceFactor: p.ColdBalanceFactor,
 	})
 	if err != nil {
 		return err
@@ -208,6 +219,9 @@ func (p *LLMSelection) Validate() error {
 	}
 	if p.BalanceFactor < 1 {
 		return fmt.Errorf("balance_factor must be >= 1, got %v", p.BalanceFactor)
+	}
+	if p.ColdBalanceFactor != 0 && !(p.ColdBalanceFactor >= 1) {
+		return fmt.Errorf("cold_balance_factor must be >= 1, got %v", p.ColdBalanceFactor)
 	}
 	if p.EngineMetrics != nil {
 		return p.EngineMetrics.validate()
@@ -577,6 +591,7 @@ func (rc *routeCtx) refuse(r rejectReason, retryAfter time.Duration) {
 //		balance_factor  <float>
 //		load_slack      <n>
 //		cold_choices    1|2|3
+//		cold_balance_factor <float>
 //		index_blocks    <n>
 //		seed            <n>
 //		engine_metrics  [<path>] {
@@ -665,15 +680,20 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 				p.FailStatus = append(p.FailStatus, n)
 			}
-		case "balance_factor":
+		case "balance_factor", "cold_balance_factor":
+			opt := d.Val()
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
 			f, err := strconv.ParseFloat(d.Val(), 64)
 			if err != nil {
-				return d.Errf("balance_factor: %v", err)
+				return d.Errf("%s: %v", opt, err)
 			}
-			p.BalanceFactor = f
+			if opt == "balance_factor" {
+				p.BalanceFactor = f
+			} else {
+				p.ColdBalanceFactor = f
+			}
 		case "seed":
 			if !d.NextArg() {
 				return d.ArgErr()

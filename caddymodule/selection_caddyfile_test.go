@@ -1,0 +1,95 @@
+package caddymodule
+
+import (
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestSelectionCaddyfile parses lb_policy llm blocks: every option lands
+// in its field, and bad input is an error that names the option.
+func TestSelectionCaddyfile(t *testing.T) {
+	good := []struct {
+		name, in string
+		check    func(t *testing.T, p *LLMSelection)
+	}{
+		{"strategy as argument", `llm least_load`, func(t *testing.T, p *LLMSelection) {
+			assert.Equal(t, "least_load", p.Strategy)
+		}},
+		{"every option", `llm {
+			strategy prefix_load
+			max_in_flight 8
+			queue_size 32
+			queue_timeout 3s
+			slow_start 10s
+			cooldown 2s 20s
+			fail_status 500 502
+			balance_factor 1.25
+			cold_balance_factor 2.5
+			load_slack 3
+			cold_choices 2
+			index_blocks 4096
+			seed 7
+		}`, func(t *testing.T, p *LLMSelection) {
+			assert.Equal(t, "prefix_load", p.Strategy)
+			assert.Equal(t, 8, p.MaxInFlight)
+			assert.Equal(t, 32, p.QueueSize)
+			assert.Equal(t, caddy.Duration(3*time.Second), p.QueueTimeout)
+			assert.Equal(t, caddy.Duration(10*time.Second), p.SlowStart)
+			assert.Equal(t, caddy.Duration(2*time.Second), p.CooldownBase)
+			assert.Equal(t, caddy.Duration(20*time.Second), p.CooldownMax)
+			assert.Equal(t, []int{500, 502}, p.FailStatus)
+			assert.Equal(t, 1.25, p.BalanceFactor)
+			assert.Equal(t, 2.5, p.ColdBalanceFactor)
+			assert.Equal(t, 3, p.LoadSlack)
+			assert.Equal(t, 2, p.ColdChoices)
+			assert.Equal(t, 4096, p.IndexBlocks)
+			assert.Equal(t, uint64(7), p.Seed)
+		}},
+	}
+	for _, tt := range good {
+		t.Run(tt.name, func(t *testing.T) {
+			var p LLMSelection
+			require.NoError(t, p.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tt.in)))
+			tt.check(t, &p)
+		})
+	}
+	bad := []struct{ in, want string }{
+		{`llm prefix_load extra`, "wrong argument count"},
+		{"llm {\n cold_balance_factor\n}", "wrong argument count"},
+		{"llm {\n cold_balance_factor lots\n}", "cold_balance_factor"},
+		{"llm {\n balance_factor x\n}", "balance_factor"},
+		{"llm {\n max_in_flight many\n}", "max_in_flight"},
+		{"llm {\n fail_status 99\n}", "fail_status"},
+		{"llm {\n cooldown soon\n}", "cooldown"},
+		{"llm {\n colour blue\n}", "unrecognized"},
+	}
+	for _, tt := range bad {
+		var p LLMSelection
+		err := p.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tt.in))
+		if assert.Error(t, err, tt.in) {
+			assert.Contains(t, err.Error(), tt.want, tt.in)
+		}
+	}
+}
+
+// TestSelectionValidateColdBalanceFactor: a cold bound below 1 is refused;
+// unset keeps the default.
+func TestSelectionValidateColdBalanceFactor(t *testing.T) {
+	for _, tt := range []struct {
+		f  float64
+		ok bool
+	}{{0, true}, {1, true}, {2.5, true}, {0.5, false}, {-1, false}} {
+		p := LLMSelection{ColdBalanceFactor: tt.f, BalanceFactor: 1.5}
+		err := p.Validate()
+		if tt.ok {
+			assert.NoError(t, err, "%v", tt.f)
+		} else {
+			assert.ErrorContains(t, err, "cold_balance_factor", "%v", tt.f)
+		}
+	}
+}
