@@ -39,9 +39,10 @@ type replicaState struct {
 	// coolReason says why the replica is cooling (for state and metrics).
 	coolReason string
 	// needProbe is set by a failure: after the cooldown only one request
-	// (the probe) may go through until it succeeds.
+	// (the probe) may go through until its answer starts with a success
+	// status.
 	needProbe bool
-	// probing is true while that probe is in flight.
+	// probing is true while that probe awaits its response headers.
 	probing bool
 	// wakeTimer wakes queued requests when the cooldown ends.
 	wakeTimer *time.Timer
@@ -171,17 +172,50 @@ const (
 // once, however many paths try to release it.
 type reservation struct {
 	replica *replicaState
-	probe   bool
 	once    sync.Once
+	// probe is true while this reservation is the replica's probe and has
+	// not been judged yet; guarded by replica.mu.
+	probe bool
 	// prefilling is true until the first byte reached the client; guarded
 	// by replica.mu.
 	prefilling bool
+	// released is set when release ran; guarded by replica.mu.
+	released bool
+}
+
+// answered records the status of the response headers relayed to the
+// client. A probe is judged here, not when its answer ends (an LLM stream
+// may last minutes): a success status means the replica is healthy again,
+// its cap opens and the requests waiting for it are admitted together. The
+// probe's stream goes on as an ordinary request; if it breaks later, that
+// is a broken stream and cools the replica like any other. Any other
+// status leaves the probe to be judged when it is released (a failure
+// status cools the replica again).
+func (r *reservation) answered(status int, failStatus map[int]bool) {
+	if o, _ := classifyStatus(status, failStatus); o != outcomeSuccess {
+		return
+	}
+	s := r.replica
+	s.mu.Lock()
+	passed := false
+	if r.probe && !r.released {
+		r.probe = false
+		s.probing = false
+		if s.needProbe {
+			passed = true
+			s.failures = 0
+			s.needProbe = false
+			s.coolReason = ""
+		}
+	}
+	s.mu.Unlock()
+	if passed {
+		waiters.wakeAllFor(s.addr)
+	}
 }
 
 // firstByte records that the answer started: the request no longer delays
-// the first token of requests behind it. (A probe is still judged when its
-// answer ends; trusting it at its first success byte would free a replica
-// sooner when answers stream for minutes: see the issue notes.)
+// the first token of requests behind it.
 func (r *reservation) firstByte() {
 	s := r.replica
 	s.mu.Lock()
@@ -198,6 +232,7 @@ func (r *reservation) release(o outcome, reason string, retryAfter time.Duration
 	r.once.Do(func() {
 		s := r.replica
 		s.mu.Lock()
+		r.released = true
 		s.inFlight--
 		if r.prefilling {
 			r.prefilling = false

@@ -36,6 +36,7 @@ func (w *routeWriter) WriteHeader(status int) {
 	}
 	w.wroteHeader = true
 	w.status = status
+	w.rc.answered(status)
 	if w.replicaHdr != "" {
 		w.rc.mu.Lock()
 		addr := w.rc.currentAddr

@@ -136,6 +136,17 @@ func (rc *routeCtx) firstByte() {
 	}
 }
 
+// answered passes the status of the response headers relayed to the
+// client to the attempt in progress (a probe is judged there).
+func (rc *routeCtx) answered(status int) {
+	rc.mu.Lock()
+	cur, fail := rc.current, rc.failStatus
+	rc.mu.Unlock()
+	if cur != nil {
+		cur.answered(status, fail)
+	}
+}
+
 // finish releases whatever is still held; the handler calls it once, from a
 // defer, so that it runs on success, error, abort panic and disconnect.
 func (rc *routeCtx) finish(o outcome, reason string, retryAfter time.Duration) {

@@ -48,8 +48,9 @@ type LLMSelection struct {
 
 	// CooldownBase is the first cooldown of a failing replica; each further
 	// consecutive failure doubles it up to CooldownMax. After a cooldown one
-	// probe request is let through before the replica is trusted again.
-	// Default 1s.
+	// probe request is let through while the others wait; the replica is
+	// trusted again as soon as the probe's response headers carry a success
+	// status, and cools again if the probe fails before them. Default 1s.
 	CooldownBase caddy.Duration `json:"cooldown_base,omitempty"`
 
 	// CooldownMax caps the cooldown, including one asked for by a replica's

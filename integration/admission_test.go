@@ -398,12 +398,70 @@ func waitProbeAndOthers(t *testing.T, e *env, addr string, others <-chan *result
 	return false, answered
 }
 
+// heldProbe is a streamed request that the replica holds before its
+// response headers (fakereplica.HeaderHold) and then steps chunk by chunk.
+type heldProbe struct {
+	id     string
+	chunks int
+	opened chan *stream
+	s      *stream
+}
+
+// openHeldProbe sends a streamed request that the replica holds before its
+// headers; e.open runs in the background because it returns only once the
+// headers arrive. Every chunk after the first waits for a step.
+func openHeldProbe(t *testing.T, e *env, addr string, chunks int) *heldProbe {
+	t.Helper()
+	p := &heldProbe{id: newID(t), chunks: chunks, opened: make(chan *stream, 1)}
+	go func() {
+		p.opened <- e.open(p.id, chatBody(true, false, "probe held before its headers "+p.id), map[string]string{
+			fakereplica.HeaderFault: fakereplica.FaultStep, fakereplica.HeaderChunks: fmt.Sprint(chunks),
+			fakereplica.HeaderHold: "1",
+		})
+	}()
+	// Registered after newEnv's, so it runs before the after-case checks.
+	t.Cleanup(func() {
+		e.tracker.StepAll(p.id, chunks+1)
+		if p.s == nil {
+			select {
+			case p.s = <-p.opened:
+			case <-time.After(15 * time.Second):
+				return
+			}
+		}
+		p.s.finish()
+	})
+	require.True(t, e.tracker.WaitReceived(p.id, 1, 5*time.Second), "the probe did not reach the replica")
+	e.waitState(2*time.Second, "probe held before its headers", func(st soak.State) bool {
+		r, _ := st.Replica(addr)
+		return r.Probing && st.TotalInFlight == 1
+	})
+	return p
+}
+
+// sendHeaders lets the held probe send its headers and first chunk, and
+// returns its stream once they reached the client.
+func (p *heldProbe) sendHeaders(t *testing.T, e *env) *stream {
+	t.Helper()
+	e.tracker.Step(p.id)
+	select {
+	case p.s = <-p.opened:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the probe's headers did not reach the client")
+	}
+	require.Equal(t, http.StatusOK, p.s.res.Status)
+	readEvent(t, p.s, 5*time.Second)
+	return p.s
+}
+
 // TestCooldownEndsWithSingleProbe proves the probe: a replica that failed
 // is not contacted during its cooldown; when the cooldown ends exactly one
-// request (the probe) reaches it while the others wait (or are refused
-// with 503 and Retry-After); once the probe succeeds the waiting requests
-// are served. If the probe fails instead, the waiting requests are refused
-// with 503 and Retry-After and never reach the replica.
+// request (the probe) reaches it while the others wait in the queue until
+// the probe's response headers arrive. A 2xx there trusts the replica
+// again: the waiting requests are served while the probe still streams.
+// A probe that fails before its headers starts a longer cooldown and
+// nobody else reaches the replica; a probe that passed and then breaks
+// mid-stream cools the replica as any broken stream does.
 func TestCooldownEndsWithSingleProbe(t *testing.T) {
 	cfg := baseConfig()
 	cfg.CooldownBase, cfg.CooldownMax = 500*time.Millisecond, 5*time.Second
@@ -416,40 +474,62 @@ func TestCooldownEndsWithSingleProbe(t *testing.T) {
 		failOnce(t, e, addr)
 		before := e.tracker.Total()
 
-		probeID, _, release := holdSlot(t, e, 3)
-		e.waitState(2*time.Second, "probe in flight", func(st soak.State) bool {
-			r, _ := st.Replica(addr)
-			return r.Probing && st.TotalInFlight == 1
-		})
+		probe := openHeldProbe(t, e, addr, 3)
 		others := sendOthers(t, e, n, "during the probe")
-		queued, answered := waitProbeAndOthers(t, e, addr, others, n)
-		assert.Equal(t, before+1, e.tracker.Total(), "only the probe may reach the replica while it is in flight")
-		assert.Len(t, e.tracker.Receipts(probeID), 1)
-		for _, r := range answered {
-			requireAPIError(t, r, http.StatusServiceUnavailable, "no_healthy_replica")
-			assert.GreaterOrEqual(t, retryAfter(r), 1)
-		}
+		queued, _ := waitProbeAndOthers(t, e, addr, others, n)
+		require.True(t, queued, "requests that arrive while the probe awaits its headers must wait in the queue")
+		// The queue is woken by releases and timers, not polling: give a
+		// wrongly admitted request time to show.
+		time.Sleep(200 * time.Millisecond)
+		assert.Equal(t, before+1, e.tracker.Total(), "only the probe may reach the replica before its headers")
+		assert.Equal(t, n, e.state().Queued)
 
-		requireStreamComplete(t, release())
-		if queued {
-			for range n {
-				select {
-				case r := <-others:
-					require.Equal(t, http.StatusOK, r.Status, "a request queued behind a successful probe is served: %s", r.Body)
-				case <-time.After(10 * time.Second):
-					t.Fatal("requests queued behind the probe were not served after it succeeded")
-				}
+		s := probe.sendHeaders(t, e)
+		for range n {
+			select {
+			case r := <-others:
+				require.Equal(t, http.StatusOK, r.Status, "a request queued behind a successful probe is served: %s", r.Body)
+			case <-time.After(10 * time.Second):
+				t.Fatal("requests queued behind the probe were not served after its 2xx headers")
 			}
 		}
-		rs := e.waitState(2*time.Second, "probe settled", func(st soak.State) bool {
-			r, _ := st.Replica(addr)
-			return !r.NeedProbe && !r.Probing
-		}).Replicas[0]
+		rc := e.tracker.Receipts(probe.id)
+		require.Len(t, rc, 1)
+		assert.True(t, rc[0].EndedAt.IsZero(), "the waiting requests must be admitted before the probe's stream ends")
+		rs := e.replicaState(addr)
+		assert.False(t, rs.NeedProbe, "%+v", rs)
+		assert.False(t, rs.Probing, "%+v", rs)
 		assert.Zero(t, rs.Failures)
+		assert.Equal(t, 1, rs.InFlight, "only the probe's stream is still in flight: %+v", rs)
+
+		e.tracker.StepAll(probe.id, probe.chunks)
+		requireStreamComplete(t, s.finish())
 		// Trusted again: concurrent requests all pass.
 		for r := range collect(sendOthers(t, e, n, "after the probe"), n) {
 			require.Equal(t, http.StatusOK, r.Status, "body: %s", r.Body)
 		}
+	})
+
+	t.Run("probe passes then breaks", func(t *testing.T) {
+		e := newEnv(t, 1, nil, cfg)
+		addr := e.rep(0).Addr()
+		failOnce(t, e, addr)
+
+		probe := openHeldProbe(t, e, addr, 3)
+		s := probe.sendHeaders(t, e)
+		rs := e.replicaState(addr)
+		require.False(t, rs.NeedProbe, "a probe whose 2xx headers arrived has passed: %+v", rs)
+
+		e.tracker.Cut(probe.id)
+		requireStreamBroken(t, s.finish())
+		st := e.waitState(2*time.Second, "cooldown after the broken probe stream", func(st soak.State) bool {
+			r, _ := st.Replica(addr)
+			return r.Cooling
+		})
+		rs, _ = st.Replica(addr)
+		assert.Equal(t, "stream_broken", rs.CoolReason)
+		assert.True(t, rs.NeedProbe, "%+v", rs)
+		assert.Equal(t, 1, rs.Failures, "the probe passed (failures reset), then one broken stream: %+v", rs)
 	})
 
 	t.Run("probe fails", func(t *testing.T) {
@@ -517,39 +597,62 @@ func TestQueuedRequestsRefusedWhenAllReplicasStartCooling(t *testing.T) {
 		check(t, e, others, failedAt, before)
 	})
 
-	t.Run("probe fails", func(t *testing.T) {
-		cfg := baseConfig()
-		cfg.QueueTimeout = 10 * time.Second
-		cfg.CooldownBase, cfg.CooldownMax = 500*time.Millisecond, 10*time.Second
-		e := newEnv(t, 1, nil, cfg)
-		addr := e.rep(0).Addr()
-		failOnce(t, e, addr)
-		// Make the next cooldown long (failures double it: 1s, then
-		// more) so that waiting through it shows.
-		probeID, s, _ := holdSlot(t, e, 4)
-		e.waitState(2*time.Second, "probe in flight", func(st soak.State) bool {
-			r, _ := st.Replica(addr)
-			return r.Probing
-		})
-		others := sendOthers(t, e, n, "queued behind a failing probe")
-		queued, answered := waitProbeAndOthers(t, e, addr, others, n)
-		if !queued {
-			for _, r := range answered {
-				requireAPIError(t, r, http.StatusServiceUnavailable, "no_healthy_replica")
+	// A probe held before its headers fails there: reset (a transport
+	// error) or 503. The requests queued behind it are refused at once.
+	for _, c := range []struct{ name, fault, reason string }{
+		{"probe fails before headers", fakereplica.FaultOK, "transport"},
+		{"probe answers 503", fakereplica.Fault503, "503"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := baseConfig()
+			cfg.QueueTimeout = 10 * time.Second
+			// The failed probe's cooldown (1s, doubled) outlasts check's
+			// bound, so that waiting through it shows.
+			cfg.CooldownBase, cfg.CooldownMax = 500*time.Millisecond, 10*time.Second
+			e := newEnv(t, 1, nil, cfg)
+			addr := e.rep(0).Addr()
+			failOnce(t, e, addr)
+			probeID := newID(t)
+			probeRes := make(chan *result, 1)
+			go func() {
+				probeRes <- e.do(probeID, chatBody(false, false, "probe that fails"), map[string]string{
+					fakereplica.HeaderFault: c.fault, fakereplica.HeaderHold: "1", fakereplica.HeaderRetryAfter: "none",
+				})
+			}()
+			require.True(t, e.tracker.WaitReceived(probeID, 1, 5*time.Second))
+			e.waitState(2*time.Second, "probe held before its headers", func(st soak.State) bool {
+				r, _ := st.Replica(addr)
+				return r.Probing
+			})
+			others := sendOthers(t, e, n, "queued behind a failing probe")
+			queued, _ := waitProbeAndOthers(t, e, addr, others, n)
+			require.True(t, queued, "requests that arrive while the probe awaits its headers must wait in the queue")
+			before := e.tracker.Total()
+			if c.fault == fakereplica.FaultOK {
+				e.tracker.Cut(probeID)
+			} else {
+				e.tracker.Step(probeID)
 			}
-			t.Skip("this build refuses requests during a probe instead of queueing them")
-		}
-		before := e.tracker.Total()
-		e.tracker.Cut(probeID)
-		failedAt := time.Now()
-		requireStreamBroken(t, s.finish())
-		check(t, e, others, failedAt, before)
-	})
+			failedAt := time.Now()
+			select {
+			case r := <-probeRes:
+				requireAPIError(t, r, http.StatusServiceUnavailable, "")
+			case <-time.After(10 * time.Second):
+				t.Fatal("the failed probe got no answer")
+			}
+			check(t, e, others, failedAt, before)
+			rs := e.replicaState(addr)
+			assert.True(t, rs.Cooling, "%+v", rs)
+			assert.Equal(t, c.reason, rs.CoolReason)
+			assert.Equal(t, 2, rs.Failures, "a failed probe backs off further: %+v", rs)
+		})
+	}
 }
 
-// TestQueuedRequestsAdmittedTogetherAfterProbe proves that when a probe
-// succeeds, the requests that queued behind it are admitted together, up
-// to the replica's cap, not one after another as each finishes.
+// TestQueuedRequestsAdmittedTogetherAfterProbe proves that when a probe's
+// 2xx headers arrive, the requests that queued behind it are admitted
+// together, up to the replica's cap, while the probe still streams: not one
+// after another as each finishes, nor after the probe's answer ends.
 func TestQueuedRequestsAdmittedTogetherAfterProbe(t *testing.T) {
 	cfg := baseConfig()
 	cfg.CooldownBase, cfg.CooldownMax = 300*time.Millisecond, 5*time.Second
@@ -558,11 +661,7 @@ func TestQueuedRequestsAdmittedTogetherAfterProbe(t *testing.T) {
 	addr := e.rep(0).Addr()
 	failOnce(t, e, addr)
 
-	_, _, release := holdSlot(t, e, 3)
-	e.waitState(2*time.Second, "probe in flight", func(st soak.State) bool {
-		r, _ := st.Replica(addr)
-		return r.Probing
-	})
+	probe := openHeldProbe(t, e, addr, 3)
 	// Three long answers queue behind the probe.
 	const n = 3
 	ids := make([]string, n)
@@ -592,30 +691,28 @@ func TestQueuedRequestsAdmittedTogetherAfterProbe(t *testing.T) {
 			}
 		}
 	})
-	// Wait until all three are queued behind the probe (or, in a build
-	// that refuses during a probe, one is refused).
+	// Wait until all three are queued behind the probe.
 	deadline := time.Now().Add(5 * time.Second)
 	for e.state().Queued != n {
 		select {
 		case s := <-opened:
-			if s.res.Status != http.StatusOK {
-				taken++
-				r := s.finish()
-				requireAPIError(t, r, http.StatusServiceUnavailable, "no_healthy_replica")
-				t.Skip("this build refuses requests during a probe instead of queueing them")
-			}
-			opened <- s
-			t.Fatalf("a request got through while the probe was in flight")
+			taken++
+			r := s.finish()
+			t.Fatalf("a request got an answer while the probe awaited its headers: %d %s", r.Status, r.Body)
 		case <-time.After(20 * time.Millisecond):
 		}
 		require.True(t, time.Now().Before(deadline), "the requests did not queue behind the probe: %+v", e.state())
 	}
 
-	requireStreamComplete(t, release())
-	ok := e.tracker.WaitFor(3*time.Second, func(v fakereplica.View) bool { return v.Concurrent(addr) == n })
+	probe.sendHeaders(t, e)
+	// The probe streams on (held at its second chunk) beside the three.
+	ok := e.tracker.WaitFor(3*time.Second, func(v fakereplica.View) bool { return v.Concurrent(addr) == n+1 })
 	st := e.state()
-	assert.True(t, ok, "after the probe succeeded only %d of the %d queued requests were admitted (cap 4); state %+v",
-		e.tracker.Concurrent(addr), n, st)
+	assert.True(t, ok, "after the probe's 2xx headers only %d of the %d queued requests were admitted beside it (cap 4); state %+v",
+		e.tracker.Concurrent(addr)-1, n, st)
+	rc := e.tracker.Receipts(probe.id)
+	require.Len(t, rc, 1)
+	assert.True(t, rc[0].EndedAt.IsZero(), "the probe's stream must still be running")
 }
 
 // collect yields n results from ch, each within 15 s.

@@ -66,6 +66,12 @@ const (
 	// rate limiter in front of an engine may), then drain the body slowly
 	// (32 KiB every 5 ms) on the same connection and close it.
 	HeaderEarly = "X-Fake-Early"
+	// HeaderHold "1": after reading the body, hold before sending any
+	// response header until Tracker.Step(id) (one step; the answer then
+	// goes on as the fault says), Tracker.Cut(id) (the connection is reset
+	// before any header: a transport error), the request ends or the
+	// stall limit passes.
+	HeaderHold = "X-Fake-Hold"
 )
 
 // Outcomes recorded for each receipt.
@@ -74,6 +80,7 @@ const (
 	OutcomeDone      = "done"      // answered in full ([DONE] sent for a stream)
 	OutcomeStatus    = "status"    // answered with an error status (429/503/500)
 	OutcomeCut       = "cut"       // the connection was cut mid-answer on purpose
+	OutcomeReset     = "reset"     // the connection was reset before any response header (HeaderHold, Tracker.Cut)
 	OutcomeCancelled = "cancelled" // the request's context ended before the answer was complete
 	OutcomeStalled   = "stalled"   // a stall ran out its limit without being cancelled
 	OutcomeBadInput  = "bad_input" // the body was not a chat request
@@ -541,6 +548,17 @@ func (rp *Replica) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rp.answerEarly(w, rc, fault, p)
 		return
 	}
+	if r.Header.Get(HeaderHold) == "1" {
+		switch rp.wait(ctx, id, FaultStep, p) {
+		case waitEnd:
+			outcome = OutcomeCancelled
+			return
+		case waitCut:
+			outcome = OutcomeReset
+			rp.resetBeforeHeaders(w)
+			return
+		}
+	}
 	switch fault {
 	case Fault429:
 		outcome = OutcomeStatus
@@ -788,6 +806,19 @@ func (rp *Replica) cutWhenTold(ctx context.Context, w http.ResponseWriter, id st
 		}
 	}
 	rp.cut(w, p.cutMode)
+}
+
+// resetBeforeHeaders takes over the connection before any response byte
+// was written and resets it.
+func (rp *Replica) resetBeforeHeaders(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = conn.Close()
 }
 
 // cut flushes what was written, takes over the connection and closes it,
