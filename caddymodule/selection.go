@@ -355,7 +355,7 @@ func (p *LLMSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _
 		keys = rc.req.Keys
 	}
 
-	up, res := p.trySelect(pool, r, rc, keys, start)
+	up, res := p.trySelect(pool, r, rc, keys, start, false)
 	if up != nil {
 		return up
 	}
@@ -384,7 +384,7 @@ func (p *LLMSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _
 	waitStart := time.Now()
 	defer func() { metricQueueWait.Observe(time.Since(waitStart).Seconds()) }()
 	for {
-		up, res = p.live().trySelect(pool, r, rc, keys, start)
+		up, res = p.live().trySelect(pool, r, rc, keys, start, true)
 		if up != nil {
 			return up
 		}
@@ -411,8 +411,13 @@ type selectResult struct {
 
 // trySelect builds the replicas' view, asks the strategy, and reserves a
 // slot on its pick. A lost race for the last slot makes it ask again
-// without that replica, at most once per replica.
-func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request, rc *routeCtx, keys policies.Keys, start time.Time) (*reverseproxy.Upstream, selectResult) {
+// without that replica, at most once per replica. queued says that pool is
+// as old as the request's wait in the queue: with dynamic upstreams it may
+// predate a join or a departure, so it neither decides departures (that
+// would purge and drop a replica that joined since, whose fresh state
+// would then forget its slow start and in-flight count) nor brings back a
+// replica that left since.
+func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request, rc *routeCtx, keys policies.Keys, start time.Time, queued bool) (*reverseproxy.Upstream, selectResult) {
 	now := time.Now()
 	var buf [16]policies.Replica
 	view := buf[:0]
@@ -420,9 +425,20 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 	states := sbuf[:0]
 	var res selectResult
 	res.total = len(pool)
-	p.checkDepartures(pool)
+	var gone map[string]bool
+	if queued {
+		gone = p.departedOf(pool)
+	} else {
+		p.checkDepartures(pool)
+	}
 	for _, u := range pool {
 		addr := u.String()
+		if gone[addr] {
+			res.cooling++
+			view = append(view, policies.Replica{Addr: addr, Unavailable: true, EngineWaiting: -1, EngineRunning: -1, KVUsage: -1})
+			states = append(states, nil)
+			continue
+		}
 		st := p.state(addr)
 		limit := p.MaxInFlight
 		if u.MaxRequests > 0 && (limit == 0 || u.MaxRequests < limit) {
@@ -541,6 +557,26 @@ func (p *LLMSelection) checkDepartures(pool reverseproxy.UpstreamPool) {
 			waiters.wakeAll()
 		}
 	}
+}
+
+// departedOf returns the replicas of pool that the last set checked by
+// checkDepartures no longer holds (nil when there are none).
+func (p *LLMSelection) departedOf(pool reverseproxy.UpstreamPool) map[string]bool {
+	p.poolMu.Lock()
+	defer p.poolMu.Unlock()
+	if p.poolLast == nil {
+		return nil
+	}
+	var gone map[string]bool
+	for _, u := range pool {
+		if _, ok := p.poolLast[u.String()]; !ok {
+			if gone == nil {
+				gone = map[string]bool{}
+			}
+			gone[u.String()] = true
+		}
+	}
+	return gone
 }
 
 // rememberPool notes the slice of a set already checked, for the fast path.

@@ -1,0 +1,132 @@
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/llmroute/caddy-llmroute/policies"
+)
+
+// dynPool returns new Upstream values for addrs, as a dynamic upstream
+// source does on every attempt.
+func dynPool(addrs ...string) reverseproxy.UpstreamPool {
+	pool := make(reverseproxy.UpstreamPool, len(addrs))
+	for i, a := range addrs {
+		pool[i] = &reverseproxy.Upstream{Host: new(reverseproxy.Host), Dial: a}
+	}
+	return pool
+}
+
+// routedRequest returns a request carrying a fresh routing context.
+func routedRequest(t *testing.T, ctx context.Context) (*http.Request, *routeCtx) {
+	rc := &routeCtx{}
+	vars := map[string]any{routeVarKey: rc}
+	ctx = context.WithValue(ctx, caddyhttp.VarsCtxKey, vars)
+	ctx = context.WithValue(ctx, caddy.ReplacerCtxKey, caddy.NewReplacer())
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://test/v1/chat/completions", http.NoBody)
+	require.NoError(t, err)
+	return r, rc
+}
+
+// TestQueuedStalePoolKeepsJoiner proves that a request that queued with
+// the upstream set of before a join (dynamic upstreams: its pool is as old
+// as its wait) does not make the policy take the joiner for departed: the
+// joiner keeps its state, its in-flight count and its index, so its cap
+// (and slow start) still hold for the requests that see the new set. It
+// also proves that such a request does not bring back, nor pick, a replica
+// that left while it waited.
+func TestQueuedStalePoolKeepsJoiner(t *testing.T) {
+	p := &LLMSelection{Strategy: "least_load", MaxInFlight: 1, QueueSize: 8, QueueTimeout: caddy.Duration(5 * time.Second),
+		IndexBlocks: defaultIndexBlocks, logger: zap.NewNop()}
+	p.cd = cooldownConfig{base: time.Second, max: time.Second}
+	p.failStatus = map[int]bool{429: true, 503: true}
+	var err error
+	p.strategy, err = policies.NewStrategy(p.Strategy, policies.Options{})
+	require.NoError(t, err)
+	addr := func(i int) string { return fmt.Sprintf("departure-test.invalid:%d", 8000+i) }
+	a, b, c, d := addr(0), addr(1), addr(2), addr(3)
+	var rcs []*routeCtx
+	on := map[string]*routeCtx{} // the request holding each replica's slot
+	t.Cleanup(func() {
+		for _, rc := range rcs {
+			rc.finish(outcomeNeutral, "", 0)
+		}
+		p.states.Range(func(k, _ any) bool {
+			releaseReplica(k.(string))
+			return true
+		})
+	})
+	sel := func(ctx context.Context, pool reverseproxy.UpstreamPool) string {
+		r, rc := routedRequest(t, ctx)
+		up := p.Select(pool, r, nil)
+		rcs = append(rcs, rc)
+		if up == nil {
+			return ""
+		}
+		on[up.Dial] = rc
+		return up.Dial
+	}
+
+	// Three replicas, each at its cap of 1.
+	for range 3 {
+		require.NotEmpty(t, sel(context.Background(), dynPool(a, b, c)))
+	}
+	require.Len(t, on, 3)
+	// A request queues with that set.
+	got := make(chan string, 1)
+	go func() { got <- sel(context.Background(), dynPool(a, b, c)) }()
+	waitFor(t, "a queued request", func() bool { return p.queued.Load() == 1 })
+	// d joins: the next request sees it and takes its only slot.
+	require.Equal(t, d, sel(context.Background(), dynPool(a, b, c, d)))
+	v, ok := p.states.Load(d)
+	require.True(t, ok)
+	stD := v.(*replicaState)
+	stD.index.Insert([]uint64{7, 8, 9})
+	// a's slot frees: the queued request wakes with its old set.
+	on[a].finish(outcomeSuccess, "", 0)
+	select {
+	case addr := <-got:
+		require.Equal(t, a, addr)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queued request was not admitted")
+	}
+	v, ok = p.states.Load(d)
+	require.True(t, ok, "the joiner was taken for departed")
+	assert.Same(t, stD, v.(*replicaState), "the joiner's state was replaced")
+	assert.Equal(t, 1, stD.inFlightNow())
+	assert.Equal(t, 3, stD.index.Len(), "the joiner's index was purged")
+	// Every replica is at its cap, d included: a request with the new set
+	// must wait, not find d empty.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	assert.Empty(t, sel(ctx, dynPool(a, b, c, d)), "the joiner went over its cap")
+
+	// Now c leaves while a request waits with a set that still holds it.
+	go func() { got <- sel(context.Background(), dynPool(a, b, c, d)) }()
+	waitFor(t, "a queued request", func() bool { return p.queued.Load() == 1 })
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	assert.Empty(t, sel(ctx2, dynPool(a, b, d)), "nothing is free") // c departs here
+	_, ok = p.states.Load(c)
+	require.False(t, ok, "c should have departed")
+	on[c].finish(outcomeSuccess, "", 0) // c's request ends: the queued one wakes
+	on[b].finish(outcomeSuccess, "", 0) // then b's
+	select {
+	case addr := <-got:
+		assert.Equal(t, b, addr, "a queued request picked a replica that left")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queued request was not admitted")
+	}
+	_, ok = p.states.Load(c)
+	assert.False(t, ok, "a queued request brought back a replica that left")
+}
