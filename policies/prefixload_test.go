@@ -93,13 +93,13 @@ func TestPrefixLoad(t *testing.T) {
 			for i := range rs {
 				rs[i].InFlight = 12
 			}
-			rs[rank[0]].InFlight = 23 // bound ceil(1.5*84/6)+2 = 23, cold bound ceil(2*84/6)+2 = 30
+			rs[rank[0]].InFlight = 23 // bound ceil(1.5*84/6)+2 = 23, cold bound ceil(3*84/6)+2 = 44
 		}, want: []int{rank[0]}},
 		{name: "cold home over the cold bound spills to next rank", setup: func(rs []Replica) {
 			for i := range rs {
 				rs[i].InFlight = 12
 			}
-			rs[rank[0]].InFlight = 40 // cold bound ceil(2*101/6)+2 = 36
+			rs[rank[0]].InFlight = 70 // cold bound ceil(3*131/6)+2 = 68
 		}, want: []int{rank[1]}},
 		{name: "cold bound as tight as the bound spills the cold home", opts: Options{ColdBalanceFactor: 1.5}, setup: func(rs []Replica) {
 			for i := range rs {

@@ -27,14 +27,14 @@ const (
 	// cold prefix's home must be within. A new prefix's placement is
 	// where every later request of it goes, from every router instance,
 	// and each instance judges the bound from its own in-flight requests
-	// only; at 1.5 the instances' noisy views made them disagree on 3-4%
-	// of new prefixes (simulator, two routers), at 2 on none of 64 and
-	// 1 of 256, and the hit rate rose on every workload with reuse
-	// (shared_prefix 0.911 -> 0.921, multi_turn 0.837 -> 0.848, skewed
-	// 0.881 -> 0.891 with one router). The price is paid by traffic that
-	// shares nothing: no_shared_prefix TTFT p99 674 -> 794 ms, where
-	// ColdChoices 3 is the setting to use.
-	DefaultColdBalanceFactor = 2.0
+	// only. In the simulator (two routers, standard point) the shared 1.5
+	// made instances disagree on 3-4% of new prefixes; 2 and 3 on none of
+	// 64 and 1 of 256, with hit rates within 0.005. Through two caddy
+	// processes at 16 requests in flight each (bursty, a few per replica)
+	// 2 still disagreed on 0-1.5%, 3 on ... . The price is paid by traffic
+	// that shares nothing: no_shared_prefix TTFT p99 674 -> 794-797 ms with
+	// one router, where ColdChoices 3 is the setting to use.
+	DefaultColdBalanceFactor = 3.0
 )
 
 // Options tune the strategies. The zero value selects every default.

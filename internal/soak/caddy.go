@@ -52,6 +52,8 @@ type SiteConfig struct {
 	CooldownMax  time.Duration
 	FailStatus   []int
 	ColdChoices  int // 0 keeps the default
+	// ColdBalanceFactor is cold_balance_factor; 0 keeps the default.
+	ColdBalanceFactor float64
 	// SlowStart, when set, is the policy's slow_start ramp.
 	SlowStart time.Duration
 
@@ -126,6 +128,9 @@ http://{{.ListenAddr}} {
 {{- end}}
 {{- if .ColdChoices}}
 			cold_choices {{.ColdChoices}}
+{{- end}}
+{{- if .ColdBalanceFactor}}
+			cold_balance_factor {{.ColdBalanceFactor}}
 {{- end}}
 {{- if .SlowStart}}
 			slow_start {{.SlowStart}}
