@@ -88,7 +88,7 @@ type LLMSelection struct {
 	// each router instance judges load from its own requests only, and a
 	// new prefix should land where every instance would put it; a prefix
 	// already resident on a replica over balance_factor still spills by
-	// balance_factor. Default 2 (never below balance_factor).
+	// balance_factor. Default 3 (never below balance_factor).
 	ColdBalanceFactor float64 `json:"cold_balance_factor,omitempty"`
 
 	// IndexBlocks is the capacity, in 128-byte blocks, of each replica's

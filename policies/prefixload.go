@@ -17,7 +17,7 @@ import "math"
 //  3. A cold prefix (no such match on any Free replica) goes to its home:
 //     the highest Rendezvous rank of keys.Leading among Free replicas
 //     within the looser cold bound, where c is Options.ColdBalanceFactor
-//     (2 by default), so that every router instance picks the same
+//     (3 by default), so that every router instance picks the same
 //     replica although each sees only its own in-flight requests
 //     (Options.ColdChoices 1, the default). A prefix resident only on
 //     replicas over the bound is hot, not cold: it spills to the

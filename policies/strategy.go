@@ -31,9 +31,10 @@ const (
 	// made instances disagree on 3-4% of new prefixes; 2 and 3 on none of
 	// 64 and 1 of 256, with hit rates within 0.005. Through two caddy
 	// processes at 16 requests in flight each (bursty, a few per replica)
-	// 2 still disagreed on 0-1.5%, 3 on ... . The price is paid by traffic
-	// that shares nothing: no_shared_prefix TTFT p99 674 -> 794-797 ms with
-	// one router, where ColdChoices 3 is the setting to use.
+	// 2 still disagreed on 0-1.5%, 3 on none in ten runs (also at 48 in
+	// flight each; integration/multiinstance_test.go). The price is paid
+	// by traffic that shares nothing: no_shared_prefix TTFT p99 674 ->
+	// 794-797 ms with one router, where ColdChoices 3 is the setting to use.
 	DefaultColdBalanceFactor = 3.0
 )
 
