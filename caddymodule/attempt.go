@@ -19,14 +19,20 @@ const (
 // previousAttempt classifies the attempt that just failed before reaching
 // the client. A status placeholder means the replica answered and a
 // retry_match rule rejected the answer (for example 429 or 503); no status
-// means the round trip itself failed (refused, reset, timed out).
+// means the round trip itself failed: by dial timeout ("dial_timeout",
+// which cools the replica only when it repeats) or otherwise (refused,
+// reset, no headers in time: "transport").
 func previousAttempt(r *http.Request, failStatus map[int]bool) (outcome, string, time.Duration) {
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	if repl == nil {
-		return outcomeFailure, "transport", 0
+	var v any
+	ok := false
+	if repl != nil {
+		v, ok = repl.Get(phStatus)
 	}
-	v, ok := repl.Get(phStatus)
 	if !ok {
+		if rc := getRouteCtx(r); rc != nil && rc.dialTimeout() {
+			return outcomeFailure, reasonDialTimeout, 0
+		}
 		return outcomeFailure, "transport", 0
 	}
 	status, _ := v.(int)

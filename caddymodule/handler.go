@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"time"
@@ -161,6 +162,8 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
 	}
 	caddyhttp.SetVar(r.Context(), routeVarKey, rc)
+	// Tell a dial timeout from other transport errors (previousAttempt).
+	r = r.WithContext(httptrace.WithClientTrace(r.Context(), rc.dialTrace()))
 
 	ww := &routeWriter{
 		ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w},

@@ -34,6 +34,10 @@ type replicaState struct {
 	prefilling int
 	// failures counts consecutive failures; it drives the backoff.
 	failures int
+	// dialTimeouts counts the dial timeouts of the current streak (see
+	// countDialTimeoutLocked); dialLast is when the last one was counted.
+	dialTimeouts int
+	dialLast     time.Time
 	// coolUntil is when the current cooldown ends.
 	coolUntil time.Time
 	// coolReason says why the replica is cooling (for state and metrics).
@@ -147,7 +151,7 @@ func (s *replicaState) tryReserve(now time.Time, limit int) (*reservation, bool)
 	}
 	s.inFlight++
 	s.prefilling++
-	r := &reservation{replica: s, prefilling: true}
+	r := &reservation{replica: s, prefilling: true, started: now}
 	if s.needProbe {
 		s.probing = true
 		r.probe = true
@@ -181,6 +185,9 @@ type reservation struct {
 	prefilling bool
 	// released is set when release ran; guarded by replica.mu.
 	released bool
+	// started is when the slot was taken: the attempt's dial (if any)
+	// began after it.
+	started time.Time
 }
 
 // answered records the status of the response headers relayed to the
@@ -223,7 +230,48 @@ func (r *reservation) firstByte() {
 		r.prefilling = false
 		s.prefilling--
 	}
+	s.dialTimeouts = 0
 	s.mu.Unlock()
+}
+
+// connected records that a connection to the replica was established: it
+// accepts connections, so earlier dial timeouts were a passing overflow.
+func (s *replicaState) connected() {
+	s.mu.Lock()
+	s.dialTimeouts = 0
+	s.mu.Unlock()
+}
+
+// reasonDialTimeout is the failure reason of an attempt whose connection
+// could not be established within the transport's dial timeout.
+const reasonDialTimeout = "dial_timeout"
+
+// countDialTimeoutLocked counts a dial timeout of an attempt that began at
+// started and reports whether the replica must cool now. A dial timeout
+// alone does not say the replica is down: under a burst of new connections
+// its accept queue overflows and dials time out while it serves. Timeouts
+// of dials that overlapped count once (only an attempt that began after
+// the last counted timeout counts again), so a burst is one event, while
+// a replica that is truly unreachable gathers cd.dialFails of them in as
+// many dial timeouts. The streak ends with any connection or success from
+// the replica, or after cd.dialWindow without another counted timeout.
+func (s *replicaState) countDialTimeoutLocked(now, started time.Time, cd cooldownConfig) bool {
+	if cd.dialFails <= 1 {
+		return true
+	}
+	if s.dialTimeouts > 0 && now.Sub(s.dialLast) > cd.dialWindow {
+		s.dialTimeouts = 0
+	}
+	if s.dialTimeouts > 0 && !started.After(s.dialLast) {
+		return false // dialled while the last counted timeout was pending
+	}
+	s.dialTimeouts++
+	s.dialLast = now
+	if s.dialTimeouts < cd.dialFails {
+		return false
+	}
+	s.dialTimeouts = 0
+	return true
 }
 
 // release frees the slot and records the attempt's outcome; failure
@@ -247,8 +295,10 @@ func (r *reservation) release(o outcome, reason string, retryAfter time.Duration
 			s.probing = false
 		}
 		opened := false // more than this one slot became usable
+		cooled := false
 		switch o {
 		case outcomeSuccess:
+			s.dialTimeouts = 0
 			if !s.needProbe || r.probe {
 				opened = s.needProbe
 				s.failures = 0
@@ -256,10 +306,14 @@ func (r *reservation) release(o outcome, reason string, retryAfter time.Duration
 				s.coolReason = ""
 			}
 		case outcomeFailure:
-			s.failLocked(time.Now(), reason, retryAfter, cd)
+			now := time.Now()
+			if reason != reasonDialTimeout || s.countDialTimeoutLocked(now, r.started, cd) {
+				s.failLocked(now, reason, retryAfter, cd)
+				cooled = true
+			}
 		}
 		s.mu.Unlock()
-		if opened || o == outcomeFailure {
+		if opened || cooled {
 			// Probe passed: the whole cap opened. Cooling began: queued
 			// requests must look again and be refused if nothing is left.
 			waiters.wakeAllFor(s.addr)
@@ -269,9 +323,12 @@ func (r *reservation) release(o outcome, reason string, retryAfter time.Duration
 	})
 }
 
-// cooldownConfig bounds the backoff of a failing replica.
+// cooldownConfig bounds the backoff of a failing replica and says how
+// many dial timeouts in a row (within dialWindow of each other) cool it.
 type cooldownConfig struct {
-	base, max time.Duration
+	base, max  time.Duration
+	dialFails  int
+	dialWindow time.Duration
 }
 
 // failLocked starts (or extends) a cooldown with capped exponential backoff,

@@ -99,3 +99,73 @@ func (s *replicaState) engineView(now time.Time) (waiting, running int, kv float
 	defer s.mu.Unlock()
 	return s.engineViewLocked(now)
 }
+
+// TestDialTimeoutsCoolOnlyWhenTheyRepeat proves the dial-timeout rule: the
+// timeouts of a burst of overlapping dials count once, a connection ends
+// the streak, and dialFails timeouts of dials made one after another cool
+// the replica (reason dial_timeout) while a refused connection
+// ("transport") cools it at once.
+func TestDialTimeoutsCoolOnlyWhenTheyRepeat(t *testing.T) {
+	cd := cooldownConfig{base: time.Minute, max: time.Minute, dialFails: 3, dialWindow: 10 * time.Second}
+	cooling := func(st *replicaState) bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return time.Now().Before(st.coolUntil)
+	}
+	// timeoutRound reserves n slots at once and fails them all by dial
+	// timeout, as a burst does.
+	timeoutRound := func(st *replicaState, n int) {
+		var rs []*reservation
+		for range n {
+			r, ok := st.tryReserve(time.Now(), 0)
+			require.True(t, ok)
+			rs = append(rs, r)
+		}
+		time.Sleep(2 * time.Millisecond) // the timeouts come after the dials began
+		for _, r := range rs {
+			r.release(outcomeFailure, reasonDialTimeout, 0, cd)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+
+	st := &replicaState{addr: "test-dial-burst", index: policies.NewIndex(10)}
+	t.Cleanup(func() { _ = st.Destruct() })
+	timeoutRound(st, 20)
+	assert.False(t, cooling(st), "a burst of overlapping dial timeouts is one event")
+	timeoutRound(st, 5)
+	assert.False(t, cooling(st), "two rounds are below dial_timeout_fails 3")
+	st.connected()
+	timeoutRound(st, 1)
+	timeoutRound(st, 1)
+	assert.False(t, cooling(st), "a connection ended the streak")
+	timeoutRound(st, 1)
+	require.True(t, cooling(st), "three rounds of dial timeouts in a row cool the replica")
+	assert.Equal(t, reasonDialTimeout, st.coolReason)
+	assert.Equal(t, 0, st.inFlightNow())
+
+	// An old streak is forgotten after the window.
+	short := cd
+	short.dialWindow = 20 * time.Millisecond
+	st2 := &replicaState{addr: "test-dial-window", index: policies.NewIndex(10)}
+	t.Cleanup(func() { _ = st2.Destruct() })
+	cd = short
+	timeoutRound(st2, 1)
+	timeoutRound(st2, 1)
+	time.Sleep(40 * time.Millisecond)
+	timeoutRound(st2, 1)
+	assert.False(t, cooling(st2), "timeouts further apart than the window do not add up")
+
+	// A refused connection cools at once; dial_timeout_fails 1 makes a
+	// dial timeout do the same.
+	st3 := &replicaState{addr: "test-refused", index: policies.NewIndex(10)}
+	t.Cleanup(func() { _ = st3.Destruct() })
+	r, ok := st3.tryReserve(time.Now(), 0)
+	require.True(t, ok)
+	r.release(outcomeFailure, "transport", 0, cd)
+	assert.True(t, cooling(st3), "a refused connection cools at once")
+	st4 := &replicaState{addr: "test-dial-one", index: policies.NewIndex(10)}
+	t.Cleanup(func() { _ = st4.Destruct() })
+	cd.dialFails = 1
+	timeoutRound(st4, 1)
+	assert.True(t, cooling(st4), "dial_timeout_fails 1 cools at the first dial timeout")
+}

@@ -2,8 +2,11 @@ package caddymodule
 
 import (
 	"bytes"
+	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"time"
 
@@ -74,6 +77,11 @@ type routeCtx struct {
 	retryAfter time.Duration
 	// released is set once the handler has released everything.
 	released bool
+	// dialTimedOut and gotConn name the attempt (by its reservation) whose
+	// dial to the replica timed out, and the one that got a connection:
+	// an attempt that failed without an answer, whose dial timed out and
+	// that got no connection, failed by dial timeout.
+	dialTimedOut, gotConn *reservation
 }
 
 // getRouteCtx returns the routing context of r, or nil if llm_route did not
@@ -134,6 +142,40 @@ func (rc *routeCtx) firstByte() {
 	if cur != nil {
 		cur.firstByte()
 	}
+}
+
+// dialTrace returns the client trace that tells this request's attempts'
+// dial timeouts from other transport errors. reverse_proxy dials with the
+// request's context (less its cancellation), so these hooks see the dials
+// made for this request's attempts.
+func (rc *routeCtx) dialTrace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) {
+			rc.mu.Lock()
+			rc.gotConn = rc.current
+			rc.mu.Unlock()
+		},
+		ConnectDone: func(_, _ string, err error) {
+			rc.mu.Lock()
+			cur := rc.current
+			var ne net.Error
+			if err != nil && errors.As(err, &ne) && ne.Timeout() {
+				rc.dialTimedOut = cur
+			}
+			rc.mu.Unlock()
+			if err == nil && cur != nil {
+				cur.replica.connected()
+			}
+		},
+	}
+}
+
+// dialTimeout reports whether the attempt in progress failed to connect
+// within the dial timeout.
+func (rc *routeCtx) dialTimeout() bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.current != nil && rc.dialTimedOut == rc.current && rc.gotConn != rc.current
 }
 
 // answered passes the status of the response headers relayed to the

@@ -57,6 +57,23 @@ type LLMSelection struct {
 	// Retry-After header. Default 30s.
 	CooldownMax caddy.Duration `json:"cooldown_max,omitempty"`
 
+	// DialTimeoutFails is how many dial timeouts in a row cool a replica.
+	// A dial timeout (no connection within the transport's dial_timeout)
+	// is a softer failure than a refused connection, which cools at once:
+	// a healthy replica whose accept queue overflows under a burst of new
+	// connections drops SYNs, and dials to it time out. So timeouts of
+	// dials that overlapped (one burst) count once: a dial timeout counts
+	// only if its attempt began after the last counted one. Any connection
+	// or success from the replica ends the streak, and so does
+	// DialTimeoutWindow without another counted timeout. Each dial timeout
+	// is still retried on another replica. 1 cools at every dial timeout.
+	// Default 3.
+	DialTimeoutFails int `json:"dial_timeout_fails,omitempty"`
+
+	// DialTimeoutWindow is how long a streak of dial timeouts is
+	// remembered after its last counted timeout. Default 10s.
+	DialTimeoutWindow caddy.Duration `json:"dial_timeout_window,omitempty"`
+
 	// FailStatus lists the upstream status codes, besides 429 and 503 (which
 	// always count), that put a replica in cooldown. Default [500, 502, 504].
 	FailStatus []int `json:"fail_status,omitempty"`
@@ -165,6 +182,12 @@ func (p *LLMSelection) Provision(ctx caddy.Context) error {
 	if p.FailStatus == nil {
 		p.FailStatus = []int{500, 502, 504}
 	}
+	if p.DialTimeoutFails == 0 {
+		p.DialTimeoutFails = 3
+	}
+	if p.DialTimeoutWindow == 0 {
+		p.DialTimeoutWindow = caddy.Duration(10 * time.Second)
+	}
 	if p.BalanceFactor == 0 {
 		p.BalanceFactor = policies.DefaultBalanceFactor
 	}
@@ -174,7 +197,10 @@ func (p *LLMSelection) Provision(ctx caddy.Context) error {
 	if p.IndexBlocks == 0 {
 		p.IndexBlocks = defaultIndexBlocks
 	}
-	p.cd = cooldownConfig{base: time.Duration(p.CooldownBase), max: time.Duration(p.CooldownMax)}
+	p.cd = cooldownConfig{
+		base: time.Duration(p.CooldownBase), max: time.Duration(p.CooldownMax),
+		dialFails: p.DialTimeoutFails, dialWindow: time.Duration(p.DialTimeoutWindow),
+	}
 	p.failStatus = map[int]bool{429: true, 503: true}
 	for _, s := range p.FailStatus {
 		p.failStatus[s] = true
@@ -214,6 +240,9 @@ func (p *LLMSelection) Validate() error {
 	}
 	if p.CooldownBase < 0 || p.CooldownMax < p.CooldownBase {
 		return fmt.Errorf("cooldown must satisfy 0 <= base <= max")
+	}
+	if p.DialTimeoutFails < 0 || p.DialTimeoutWindow < 0 {
+		return fmt.Errorf("dial_timeout_fails and its window must be >= 0")
 	}
 	if p.ColdChoices < 0 {
 		return fmt.Errorf("cold_choices must be >= 1, got %d", p.ColdChoices)
@@ -624,6 +653,7 @@ func (rc *routeCtx) refuse(r rejectReason, retryAfter time.Duration) {
 //		queue_timeout   <duration>
 //		slow_start      <duration>
 //		cooldown        <base> [<max>]
+//		dial_timeout_fails <n> [<window>]
 //		fail_status     <code...>
 //		balance_factor  <float>
 //		load_slack      <n>
@@ -703,6 +733,23 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					return d.Errf("cooldown: %v", err)
 				}
 				p.CooldownMax = caddy.Duration(m)
+			}
+		case "dial_timeout_fails":
+			args := d.RemainingArgs()
+			if len(args) < 1 || len(args) > 2 {
+				return d.ArgErr()
+			}
+			n, err := strconv.Atoi(args[0])
+			if err != nil {
+				return d.Errf("dial_timeout_fails: %v", err)
+			}
+			p.DialTimeoutFails = n
+			if len(args) == 2 {
+				w, err := caddy.ParseDuration(args[1])
+				if err != nil {
+					return d.Errf("dial_timeout_fails: %v", err)
+				}
+				p.DialTimeoutWindow = caddy.Duration(w)
 			}
 		case "fail_status":
 			args := d.RemainingArgs()

@@ -27,6 +27,7 @@ func TestSelectionCaddyfile(t *testing.T) {
 			queue_timeout 3s
 			slow_start 10s
 			cooldown 2s 20s
+			dial_timeout_fails 5 30s
 			fail_status 500 502
 			balance_factor 1.25
 			cold_balance_factor 2.5
@@ -42,6 +43,8 @@ func TestSelectionCaddyfile(t *testing.T) {
 			assert.Equal(t, caddy.Duration(10*time.Second), p.SlowStart)
 			assert.Equal(t, caddy.Duration(2*time.Second), p.CooldownBase)
 			assert.Equal(t, caddy.Duration(20*time.Second), p.CooldownMax)
+			assert.Equal(t, 5, p.DialTimeoutFails)
+			assert.Equal(t, caddy.Duration(30*time.Second), p.DialTimeoutWindow)
 			assert.Equal(t, []int{500, 502}, p.FailStatus)
 			assert.Equal(t, 1.25, p.BalanceFactor)
 			assert.Equal(t, 2.5, p.ColdBalanceFactor)
@@ -66,6 +69,9 @@ func TestSelectionCaddyfile(t *testing.T) {
 		{"llm {\n max_in_flight many\n}", "max_in_flight"},
 		{"llm {\n fail_status 99\n}", "fail_status"},
 		{"llm {\n cooldown soon\n}", "cooldown"},
+		{"llm {\n dial_timeout_fails\n}", "wrong argument count"},
+		{"llm {\n dial_timeout_fails some\n}", "dial_timeout_fails"},
+		{"llm {\n dial_timeout_fails 3 later\n}", "dial_timeout_fails"},
 		{"llm {\n colour blue\n}", "unrecognized"},
 	}
 	for _, tt := range bad {
