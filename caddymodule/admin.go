@@ -36,14 +36,17 @@ func (adminState) Routes() []caddy.AdminRoute {
 
 // ReplicaStatus is one replica's entry in /llm_route/state.
 type ReplicaStatus struct {
-	Addr          string            `json:"addr"`
-	InFlight      int               `json:"in_flight"`
-	Failures      int               `json:"consecutive_failures"`
-	Cooling       bool              `json:"cooling"`
-	CoolUntil     *time.Time        `json:"cooldown_until,omitempty"`
-	CoolReason    string            `json:"cooldown_reason,omitempty"`
-	NeedProbe     bool              `json:"needs_probe"`
-	Probing       bool              `json:"probe_in_flight"`
+	Addr       string     `json:"addr"`
+	InFlight   int        `json:"in_flight"`
+	Failures   int        `json:"consecutive_failures"`
+	Cooling    bool       `json:"cooling"`
+	CoolUntil  *time.Time `json:"cooldown_until,omitempty"`
+	CoolReason string     `json:"cooldown_reason,omitempty"`
+	NeedProbe  bool       `json:"needs_probe"`
+	Probing    bool       `json:"probe_in_flight"`
+	// Draining is true for a replica that left the upstream set while
+	// requests were still in flight on it; it stays listed until they end.
+	Draining      bool              `json:"draining,omitempty"`
 	IndexEntries  int               `json:"index_entries"`
 	IndexCapacity int               `json:"index_capacity"`
 	Engine        *EngineLoadStatus `json:"engine,omitempty"`
@@ -79,7 +82,7 @@ func snapshotReplicas() []ReplicaStatus {
 		rs := ReplicaStatus{
 			Addr: s.addr, InFlight: s.inFlight, Failures: s.failures,
 			Cooling: now.Before(s.coolUntil), CoolReason: s.coolReason,
-			NeedProbe: s.needProbe, Probing: s.probing,
+			NeedProbe: s.needProbe, Probing: s.probing, Draining: s.drainRefs > 0,
 			Engine:   s.engine.status(now),
 			Feedback: s.feedback.status(),
 		}

@@ -130,3 +130,107 @@ func TestQueuedStalePoolKeepsJoiner(t *testing.T) {
 	_, ok = p.states.Load(c)
 	assert.False(t, ok, "a queued request brought back a replica that left")
 }
+
+// statusOf returns addr's entry in /llm_route/state, if listed.
+func statusOf(addr string) (ReplicaStatus, bool) {
+	for _, s := range snapshotReplicas() {
+		if s.Addr == addr {
+			return s, true
+		}
+	}
+	return ReplicaStatus{}, false
+}
+
+// TestDepartedReplicaDrainsThenReturns proves that a replica that leaves
+// the upstream set with requests in flight stays listed (draining, with
+// its in-flight count) until they end, then disappears; and that when it
+// comes back under the same address before they end, those requests still
+// count against its cap and its slow start begins again.
+func TestDepartedReplicaDrainsThenReturns(t *testing.T) {
+	p := &LLMSelection{Strategy: "least_load", MaxInFlight: 2, QueueSize: 8, QueueTimeout: caddy.Duration(5 * time.Second),
+		IndexBlocks: defaultIndexBlocks, logger: zap.NewNop()}
+	p.cd = cooldownConfig{base: time.Second, max: time.Second}
+	p.failStatus = map[int]bool{429: true, 503: true}
+	var err error
+	p.strategy, err = policies.NewStrategy(p.Strategy, policies.Options{})
+	require.NoError(t, err)
+	a, b := "drain-test.invalid:8100", "drain-test.invalid:8101"
+	var rcs []*routeCtx
+	t.Cleanup(func() {
+		for _, rc := range rcs {
+			rc.finish(outcomeNeutral, "", 0)
+		}
+		p.states.Range(func(k, _ any) bool {
+			releaseReplica(k.(string))
+			return true
+		})
+	})
+	sel := func(pool reverseproxy.UpstreamPool) (string, *routeCtx) {
+		r, rc := routedRequest(t, context.Background())
+		up := p.Select(pool, r, nil)
+		rcs = append(rcs, rc)
+		if up == nil {
+			return "", rc
+		}
+		return up.Dial, rc
+	}
+
+	// Two requests in flight on a, its cap.
+	got1, rc1 := sel(dynPool(a))
+	got2, rc2 := sel(dynPool(a))
+	require.Equal(t, []string{a, a}, []string{got1, got2})
+	v, ok := p.states.Load(a)
+	require.True(t, ok)
+	stA := v.(*replicaState)
+	stA.index.Insert([]uint64{1, 2, 3})
+	seen := stA.firstSeen
+
+	// a leaves: it stays listed, draining, with both requests counted.
+	got, rcB1 := sel(dynPool(b))
+	require.Equal(t, b, got)
+	_, ok = p.states.Load(a)
+	require.False(t, ok, "a should have departed")
+	s, ok := statusOf(a)
+	require.True(t, ok, "a departed replica with requests in flight must stay listed")
+	assert.True(t, s.Draining)
+	assert.Equal(t, 2, s.InFlight)
+	assert.Zero(t, s.IndexEntries, "a departed replica's index is purged")
+
+	// a comes back while both still run: same state, still at its cap.
+	time.Sleep(5 * time.Millisecond)
+	got, rcB2 := sel(dynPool(a, b))
+	assert.Equal(t, b, got, "the returning replica went over its cap")
+	v, ok = p.states.Load(a)
+	require.True(t, ok)
+	assert.Same(t, stA, v.(*replicaState))
+	assert.True(t, stA.firstSeen.After(seen), "slow start did not begin again")
+	s, _ = statusOf(a)
+	assert.Equal(t, 2, s.InFlight)
+
+	// Both end: a is no longer draining, and still listed (the policy uses it).
+	rc1.finish(outcomeSuccess, "", 0)
+	rc2.finish(outcomeSuccess, "", 0)
+	s, ok = statusOf(a)
+	require.True(t, ok)
+	assert.False(t, s.Draining)
+	assert.Zero(t, s.InFlight)
+
+	// a leaves again with nothing in flight: gone at once. Then a request
+	// in flight on b when b leaves: listed until it ends, then gone.
+	rcB1.finish(outcomeSuccess, "", 0)
+	rcB2.finish(outcomeSuccess, "", 0)
+	got, _ = sel(dynPool(b)) // a departs, with nothing in flight
+	require.Equal(t, b, got)
+	_, ok = statusOf(a)
+	assert.False(t, ok, "a departed idle replica must leave /llm_route/state")
+	got, _ = sel(dynPool(a)) // b departs with one request in flight, a rejoins
+	require.Equal(t, a, got)
+	s, ok = statusOf(b)
+	require.True(t, ok)
+	assert.True(t, s.Draining)
+	for _, rc := range rcs {
+		rc.finish(outcomeSuccess, "", 0)
+	}
+	_, ok = statusOf(b)
+	assert.False(t, ok, "a drained replica must leave /llm_route/state (its state leaked)")
+}

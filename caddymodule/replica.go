@@ -50,9 +50,20 @@ type replicaState struct {
 	probing bool
 	// wakeTimer wakes queued requests when the cooldown ends.
 	wakeTimer *time.Timer
-	// firstSeen is when llmroute first saw the replica; slow start ramps
-	// its cap from there.
+	// firstSeen is when llmroute first saw the replica (or saw it come
+	// back after it left the upstream set); slow start ramps its cap from
+	// there.
 	firstSeen time.Time
+	// departed is set when the replica left a policy's upstream set, and
+	// cleared when a policy sees it again.
+	departed bool
+	// drainRefs counts the policy references on this state kept after the
+	// replica left because requests were still in flight on it; the last
+	// release drops them (see departLocked). Until then the state, its
+	// in-flight count and the reservations show in /llm_route/state, and
+	// a replica that comes back under the same address resumes with the
+	// requests it still runs counted against its cap.
+	drainRefs int
 	// engine holds the last engine metrics scraped from the replica.
 	engine engineLoad
 	// feedback tracks the engine's reported cached tokens.
@@ -79,6 +90,34 @@ func acquireReplica(addr string) *replicaState {
 
 // releaseReplica drops one reference on addr's state.
 func releaseReplica(addr string) { _, _ = replicas.Delete(addr) }
+
+// depart marks the replica as gone from a policy's upstream set and takes
+// over that policy's reference: dropped now when nothing is in flight,
+// else by the release of the last reservation.
+func (s *replicaState) depart() {
+	s.mu.Lock()
+	s.departed = true
+	keep := s.inFlight > 0
+	if keep {
+		s.drainRefs++
+	}
+	s.mu.Unlock()
+	if !keep {
+		releaseReplica(s.addr)
+	}
+}
+
+// rejoin is called when a policy starts using the state: a replica that
+// had departed starts its slow start again, as its engine may have
+// restarted cold.
+func (s *replicaState) rejoin(now time.Time) {
+	s.mu.Lock()
+	if s.departed {
+		s.departed = false
+		s.firstSeen = now
+	}
+	s.mu.Unlock()
+}
 
 // availability describes why a replica can or cannot take a request now.
 type availability int
@@ -294,6 +333,10 @@ func (r *reservation) release(o outcome, reason string, retryAfter time.Duration
 		if r.probe {
 			s.probing = false
 		}
+		drained := 0
+		if s.inFlight == 0 {
+			drained, s.drainRefs = s.drainRefs, 0
+		}
 		opened := false // more than this one slot became usable
 		cooled := false
 		switch o {
@@ -313,6 +356,9 @@ func (r *reservation) release(o outcome, reason string, retryAfter time.Duration
 			}
 		}
 		s.mu.Unlock()
+		for range drained {
+			releaseReplica(s.addr)
+		}
 		if opened || cooled {
 			// Probe passed: the whole cap opened. Cooling began: queued
 			// requests must look again and be refused if nothing is left.

@@ -341,6 +341,7 @@ func (p *LLMSelection) state(addr string) *replicaState {
 		releaseReplica(addr)
 		return v.(*replicaState)
 	}
+	st.rejoin(time.Now())
 	if st.index.Capacity() != p.IndexBlocks && !st.feedback.engineSized {
 		st.index.SetCapacity(p.IndexBlocks)
 	}
@@ -570,7 +571,7 @@ func (p *LLMSelection) checkDepartures(pool reverseproxy.UpstreamPool) {
 		if v, ok := p.states.LoadAndDelete(addr); ok {
 			st := v.(*replicaState)
 			st.purge("removed")
-			releaseReplica(addr)
+			st.depart()
 			if p.scraper != nil {
 				p.scraper.unwatch(addr)
 			}

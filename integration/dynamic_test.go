@@ -450,18 +450,20 @@ func dynamicLeave(t *testing.T, kind string) {
 	require.Equal(t, held, rs.InFlight)
 	require.Positive(t, rs.IndexEntries)
 
-	// The leaver leaves DNS; wait until llmroute noticed (its index purged
-	// or its entry gone).
+	// The leaver leaves DNS; wait until llmroute noticed: it stays listed,
+	// draining, its index purged, its held streams still counted.
 	d.withdraw(li)
 	var during soak.State
 	took := d.waitSeen("leave", func(st soak.State) bool {
 		during = st
 		r, ok := st.Replica(leaver)
-		return !ok || r.IndexEntries == 0
+		return ok && r.Draining
 	})
 	lr, listed := during.Replica(leaver)
-	t.Logf("%s: departure noticed %v after the DNS change; leaver listed=%v in_flight=%d index=%d while %d streams held; total_in_flight=%d",
-		kind, took, listed, lr.InFlight, lr.IndexEntries, held, during.TotalInFlight)
+	t.Logf("%s: departure noticed %v after the DNS change; leaver listed=%v draining=%v in_flight=%d index=%d while %d streams held; total_in_flight=%d",
+		kind, took, listed, lr.Draining, lr.InFlight, lr.IndexEntries, held, during.TotalInFlight)
+	assert.Equal(t, held, lr.InFlight, "the held streams' reservations must stay visible while they drain")
+	assert.Zero(t, lr.IndexEntries, "the leaver's index must be purged")
 
 	// New requests avoid it; only its prefixes move.
 	after := d.route("warm", dynK, "second question")
@@ -496,12 +498,9 @@ func dynamicLeave(t *testing.T, kind string) {
 	}
 	end := d.waitIdle()
 	lr, listed = end.Replica(leaver)
-	t.Logf("%s: after the held streams ended: total_in_flight=%d queued=%d; leaver listed=%v index=%d",
-		kind, end.TotalInFlight, end.Queued, listed, lr.IndexEntries)
-	if listed {
-		assert.Zero(t, lr.IndexEntries, "the leaver's index must be purged")
-		assert.Zero(t, lr.InFlight)
-	}
+	t.Logf("%s: after the held streams ended: total_in_flight=%d queued=%d; leaver listed=%v",
+		kind, end.TotalInFlight, end.Queued, listed)
+	assert.False(t, listed, "a drained replica must leave the state (its state leaked)")
 	d.checkOnce()
 }
 

@@ -374,6 +374,7 @@ type ReplicaState struct {
 	CoolReason    string     `json:"cooldown_reason"`
 	NeedProbe     bool       `json:"needs_probe"`
 	Probing       bool       `json:"probe_in_flight"`
+	Draining      bool       `json:"draining"`
 	IndexEntries  int        `json:"index_entries"`
 	IndexCapacity int        `json:"index_capacity"`
 	Feedback      struct {
