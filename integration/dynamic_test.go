@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -90,26 +89,7 @@ func newDynEnv(t *testing.T, kind string, n, inDNS int, cfg soak.SiteConfig) *dy
 	for i := range inDNS {
 		d.publish(i)
 	}
-	cfg.AdminAddr, err = soak.FreeAddr()
-	require.NoError(t, err)
-	cfg.ListenAddr, err = soak.FreeAddr()
-	require.NoError(t, err)
-	d.cfg = cfg
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := soak.StartCaddy(ctx, caddyBin, t.TempDir(), cfg.Caddyfile(), cfg.AdminAddr, cfg.ListenAddr)
-	require.NoError(t, err)
-	d.caddy = c
-	t.Cleanup(func() {
-		c.Stop()
-		if t.Failed() {
-			t.Logf("caddy log tail:\n%s", c.LogTail(6000))
-		}
-	})
-	d.url = "http://" + cfg.ListenAddr
-	tr := &http.Transport{Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 512}
-	d.client = &http.Client{Transport: tr, Timeout: 60 * time.Second}
-	t.Cleanup(tr.CloseIdleConnections)
+	d.start(cfg)
 	t.Cleanup(d.afterCase)
 	return d
 }

@@ -143,6 +143,20 @@ func newEnv(t *testing.T, n int, extra []string, cfg soak.SiteConfig, opts ...fa
 		cfg.Upstreams = append(cfg.Upstreams, rp.Addr())
 	}
 	cfg.Upstreams = append(cfg.Upstreams, extra...)
+	e.start(cfg)
+	// Registered last, so it runs first: the after-case checks.
+	t.Cleanup(e.afterCase)
+	return e
+}
+
+func (e *env) rep(i int) *fakereplica.Replica { return e.reps[i] }
+
+// start runs caddy with cfg on fresh loopback addresses (filled into
+// e.cfg), stopped when the test ends with its log tail on failure, and
+// sets e.url and a client for its site.
+func (e *env) start(cfg soak.SiteConfig) {
+	t := e.t
+	t.Helper()
 	var err error
 	cfg.AdminAddr, err = soak.FreeAddr()
 	require.NoError(t, err)
@@ -161,15 +175,10 @@ func newEnv(t *testing.T, n int, extra []string, cfg soak.SiteConfig, opts ...fa
 		}
 	})
 	e.url = "http://" + cfg.ListenAddr
-	tr := &http.Transport{Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}
+	tr := &http.Transport{Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 512}
 	e.client = &http.Client{Transport: tr, Timeout: 60 * time.Second}
 	t.Cleanup(tr.CloseIdleConnections)
-	// Registered last, so it runs first: the after-case checks.
-	t.Cleanup(e.afterCase)
-	return e
 }
-
-func (e *env) rep(i int) *fakereplica.Replica { return e.reps[i] }
 
 // freshConns drops the client's idle keep-alive connections. After a
 // reload the old server closes its idle connections; a request sent on one

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
-	"github.com/llmroute/caddy-llmroute/internal/soak"
 )
 
 // TestTwoInstancesAgreeOnColdPrefixes proves that two caddy instances with
@@ -51,17 +50,10 @@ func twoInstances(t *testing.T, workers, coldChoices int, coldFactor, minAgreeme
 	cfg.MaxInFlight, cfg.QueueSize = 64, 256
 	e := newEnv(t, 4, nil, cfg)
 
-	cfgB := e.cfg
-	var err error
-	cfgB.AdminAddr, err = soak.FreeAddr()
-	require.NoError(t, err)
-	cfgB.ListenAddr, err = soak.FreeAddr()
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	b, err := soak.StartCaddy(ctx, caddyBin, t.TempDir(), cfgB.Caddyfile(), cfgB.AdminAddr, cfgB.ListenAddr)
-	require.NoError(t, err)
-	t.Cleanup(b.Stop)
+	// Instance B: the same config on its own addresses, no shared state.
+	eb := &env{t: t}
+	eb.start(e.cfg)
+	b := eb.caddy
 
 	send := func(base, id, system, user string) (string, error) {
 		body, _ := json.Marshal(map[string]any{
@@ -100,7 +92,7 @@ func twoInstances(t *testing.T, workers, coldChoices int, coldFactor, minAgreeme
 			for i := range work {
 				system := fmt.Sprintf("Tenant %d. %s", i, strings.Repeat("You follow the house style guide. ", 20))
 				ra, errA := send(e.url, newID(t), system, "first question")
-				rb, errB := send("http://"+cfgB.ListenAddr, newID(t), system, "another question")
+				rb, errB := send(eb.url, newID(t), system, "another question")
 				mu.Lock()
 				if errA != nil || errB != nil {
 					errs = append(errs, fmt.Errorf("tenant %d: %v %v", i, errA, errB))
@@ -128,6 +120,6 @@ func twoInstances(t *testing.T, workers, coldChoices int, coldFactor, minAgreeme
 	t.Logf("two instances agreed on %d/%d cold prefixes (%.1f%%); homes per replica %v", same, tenants, 100*agreement, homes)
 	assert.GreaterOrEqual(t, agreement, minAgreement)
 	assert.Len(t, homes, 4, "cold prefixes should spread over every replica")
-	_, err = b.WaitIdle(context.Background(), 5*time.Second)
+	_, err := b.WaitIdle(context.Background(), 5*time.Second)
 	require.NoError(t, err, "instance B leaked a reservation")
 }
