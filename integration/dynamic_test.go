@@ -94,6 +94,22 @@ func newDynEnv(t *testing.T, kind string, n, inDNS int, cfg soak.SiteConfig) *dy
 	return d
 }
 
+// warmUp waits until caddy sees the n replicas in DNS, sends dynK
+// distinct prefixes once and returns the replica each went to; they must
+// spread over all n.
+func (d *dynEnv) warmUp(n int) []string {
+	t := d.t
+	d.waitSeen("start", func(st soak.State) bool { return len(st.Replicas) == n })
+	before := d.route("warm", dynK, "first question")
+	homes := map[string]int{}
+	for _, r := range before {
+		homes[r]++
+	}
+	t.Logf("%s: %d warm prefixes over %d replicas: %v", d.kind, dynK, n, homes)
+	require.Len(t, homes, n, "warm prefixes should spread over every replica")
+	return before
+}
+
 // startSamePort starts n replicas on 127.0.0.2.. with one port free on all.
 func (d *dynEnv) startSamePort(n int) {
 	t := d.t
@@ -254,14 +270,7 @@ func dynamicJoin(t *testing.T, kind string) {
 	jrep := d.reps[n].Addr() // the joiner as the tracker knows it
 
 	first := time.Now()
-	d.waitSeen("start", func(st soak.State) bool { return len(st.Replicas) == n })
-	before := d.route("warm", dynK, "first question")
-	homes := map[string]int{}
-	for _, r := range before {
-		homes[r]++
-	}
-	t.Logf("%s: %d warm prefixes over %d replicas: %v", kind, dynK, n, homes)
-	require.Len(t, homes, n, "warm prefixes should spread over every replica")
+	before := d.warmUp(n)
 	require.Zero(t, count(before, joiner))
 
 	// Let the first replicas' own slow start pass, so that the load below
@@ -389,14 +398,7 @@ func dynamicLeave(t *testing.T, kind string) {
 	)
 	d := newDynEnv(t, kind, n, n, dynConfig(slowStart))
 	first := time.Now()
-	d.waitSeen("start", func(st soak.State) bool { return len(st.Replicas) == n })
-	before := d.route("warm", dynK, "first question")
-	homes := map[string]int{}
-	for _, r := range before {
-		homes[r]++
-	}
-	t.Logf("%s: %d warm prefixes over %d replicas: %v", kind, dynK, n, homes)
-	require.Len(t, homes, n)
+	before := d.warmUp(n)
 	const li = 1
 	leaver := d.keys[li]
 	var leaverPrefixes []int
