@@ -38,6 +38,19 @@ func routedRequest(t *testing.T, ctx context.Context) (*http.Request, *routeCtx)
 	return r, rc
 }
 
+// barePolicy returns a least_load policy with a cap of maxInFlight, set up
+// without Caddy (no Provision): enough for Select on dynamic pools.
+func barePolicy(t *testing.T, maxInFlight int) *LLMSelection {
+	p := &LLMSelection{Strategy: "least_load", MaxInFlight: maxInFlight, QueueSize: 8, QueueTimeout: caddy.Duration(5 * time.Second),
+		IndexBlocks: defaultIndexBlocks, logger: zap.NewNop()}
+	p.cd = cooldownConfig{base: time.Second, max: time.Second}
+	p.failStatus = map[int]bool{429: true, 503: true}
+	var err error
+	p.strategy, err = policies.NewStrategy(p.Strategy, policies.Options{})
+	require.NoError(t, err)
+	return p
+}
+
 // TestQueuedStalePoolKeepsJoiner proves that a request that queued with
 // the upstream set of before a join (dynamic upstreams: its pool is as old
 // as its wait) does not make the policy take the joiner for departed: the
@@ -46,13 +59,7 @@ func routedRequest(t *testing.T, ctx context.Context) (*http.Request, *routeCtx)
 // also proves that such a request does not bring back, nor pick, a replica
 // that left while it waited.
 func TestQueuedStalePoolKeepsJoiner(t *testing.T) {
-	p := &LLMSelection{Strategy: "least_load", MaxInFlight: 1, QueueSize: 8, QueueTimeout: caddy.Duration(5 * time.Second),
-		IndexBlocks: defaultIndexBlocks, logger: zap.NewNop()}
-	p.cd = cooldownConfig{base: time.Second, max: time.Second}
-	p.failStatus = map[int]bool{429: true, 503: true}
-	var err error
-	p.strategy, err = policies.NewStrategy(p.Strategy, policies.Options{})
-	require.NoError(t, err)
+	p := barePolicy(t, 1)
 	addr := func(i int) string { return fmt.Sprintf("departure-test.invalid:%d", 8000+i) }
 	a, b, c, d := addr(0), addr(1), addr(2), addr(3)
 	var rcs []*routeCtx
@@ -147,13 +154,7 @@ func statusOf(addr string) (ReplicaStatus, bool) {
 // comes back under the same address before they end, those requests still
 // count against its cap and its slow start begins again.
 func TestDepartedReplicaDrainsThenReturns(t *testing.T) {
-	p := &LLMSelection{Strategy: "least_load", MaxInFlight: 2, QueueSize: 8, QueueTimeout: caddy.Duration(5 * time.Second),
-		IndexBlocks: defaultIndexBlocks, logger: zap.NewNop()}
-	p.cd = cooldownConfig{base: time.Second, max: time.Second}
-	p.failStatus = map[int]bool{429: true, 503: true}
-	var err error
-	p.strategy, err = policies.NewStrategy(p.Strategy, policies.Options{})
-	require.NoError(t, err)
+	p := barePolicy(t, 2)
 	a, b := "drain-test.invalid:8100", "drain-test.invalid:8101"
 	var rcs []*routeCtx
 	t.Cleanup(func() {
