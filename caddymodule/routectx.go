@@ -82,6 +82,9 @@ type routeCtx struct {
 	// an attempt that failed without an answer, whose dial timed out and
 	// that got no connection, failed by dial timeout.
 	dialTimedOut, gotConn *reservation
+	// trace is the client trace the handler puts in the request's context
+	// (see dialTrace); it lives here to save an allocation per request.
+	trace httptrace.ClientTrace
 }
 
 // getRouteCtx returns the routing context of r, or nil if llm_route did not
@@ -149,25 +152,25 @@ func (rc *routeCtx) firstByte() {
 // request's context (less its cancellation), so these hooks see the dials
 // made for this request's attempts.
 func (rc *routeCtx) dialTrace() *httptrace.ClientTrace {
-	return &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) {
-			rc.mu.Lock()
-			rc.gotConn = rc.current
-			rc.mu.Unlock()
-		},
-		ConnectDone: func(_, _ string, err error) {
-			rc.mu.Lock()
-			cur := rc.current
-			var ne net.Error
-			if err != nil && errors.As(err, &ne) && ne.Timeout() {
-				rc.dialTimedOut = cur
-			}
-			rc.mu.Unlock()
-			if err == nil && cur != nil {
-				cur.replica.connected()
-			}
-		},
+	// ConnectDone alone: a pooled connection makes no dial (nothing to
+	// record), and of several dials of one attempt (happy eyeballs) one
+	// that connects marks the attempt as connected.
+	rc.trace.ConnectDone = func(_, _ string, err error) {
+		rc.mu.Lock()
+		cur := rc.current
+		var ne net.Error
+		switch {
+		case err == nil:
+			rc.gotConn = cur
+		case errors.As(err, &ne) && ne.Timeout():
+			rc.dialTimedOut = cur
+		}
+		rc.mu.Unlock()
+		if err == nil && cur != nil {
+			cur.replica.connected()
+		}
 	}
+	return &rc.trace
 }
 
 // dialTimeout reports whether the attempt in progress failed to connect
