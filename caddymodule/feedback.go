@@ -7,7 +7,9 @@ import "strconv"
 //
 // A prediction is checked when the engine's answer carries cached tokens:
 // hit (the index believed a prefix resident and the engine had some of it),
-// miss (believed, not there) or cold (nothing believed). A miss means the
+// miss (believed, not there), concurrent (believed and not there, but sent
+// while another request of that prefix was still before its first byte on
+// the replica, so the engine was computing it) or cold (nothing believed). A miss means the
 // index believes more than the engine keeps, so it shrinks (the oldest
 // beliefs go first); a hit lets it grow back slowly towards its maximum
 // (additive increase, multiplicative decrease). Several misses in a row on
@@ -18,9 +20,14 @@ type feedbackState struct {
 	maxCapacity int  // 0 = the configured index_blocks
 
 	checks, hits, misses, cold int
-	missRun                    int
-	purges                     int
-	lastPurgeReason            string
+	// concurrent counts predictions that found nothing cached while
+	// another request of the same prefix was still before its first byte
+	// on the replica: the engine had not finished computing it. They are
+	// neither hits nor misses and do not shrink the index.
+	concurrent      int
+	missRun         int
+	purges          int
+	lastPurgeReason string
 }
 
 // FeedbackStatus is feedbackState as /llm_route/state shows it.
@@ -29,6 +36,7 @@ type FeedbackStatus struct {
 	Hits       int     `json:"hits"`
 	Misses     int     `json:"misses"`
 	Cold       int     `json:"cold"`
+	Concurrent int     `json:"concurrent"`
 	Precision  float64 `json:"precision"`
 	Purges     int     `json:"purges"`
 	LastPurge  string  `json:"last_purge_reason,omitempty"`
@@ -37,7 +45,7 @@ type FeedbackStatus struct {
 }
 
 func (f *feedbackState) status() FeedbackStatus {
-	s := FeedbackStatus{Checks: f.checks, Hits: f.hits, Misses: f.misses, Cold: f.cold,
+	s := FeedbackStatus{Checks: f.checks, Hits: f.hits, Misses: f.misses, Cold: f.cold, Concurrent: f.concurrent,
 		Purges: f.purges, LastPurge: f.lastPurgeReason, MaxIndex: f.maxCapacity, FromEngine: f.engineSized}
 	if f.hits+f.misses > 0 {
 		s.Precision = float64(f.hits) / float64(f.hits+f.misses)
@@ -68,11 +76,13 @@ func (s *replicaState) purge(reason string) {
 // believed when the replica was chosen; cachedTokens and promptTokens are
 // what the engine reported; promptBytes is the size of the canonical prompt
 // the blocks were cut from. It returns the result label.
-func (s *replicaState) observe(predictedBlocks, blockBytes, promptBytes, cachedTokens, promptTokens, configuredMax int) string {
+func (s *replicaState) observe(predictedBlocks, blockBytes, promptBytes, cachedTokens, promptTokens, configuredMax int, concurrent bool) string {
 	result := "cold"
 	switch {
 	case predictedBlocks > 0 && cachedTokens > 0:
 		result = "hit"
+	case predictedBlocks > 0 && concurrent:
+		result = "concurrent"
 	case predictedBlocks > 0:
 		result = "miss"
 	}
@@ -104,6 +114,8 @@ func (s *replicaState) observe(predictedBlocks, blockBytes, promptBytes, cachedT
 			f.missRun++
 			purge = f.missRun >= purgeMissRun
 		}
+	case "concurrent":
+		f.concurrent++
 	default:
 		f.cold++
 	}
@@ -135,7 +147,7 @@ func (h *LLMRoute) feedback(rc *routeCtx, st *replicaState, sn *usageSniffer) {
 	if bs == 0 {
 		bs = 128
 	}
-	st.observe(rc.predicted, bs, rc.req.PromptBytes, sn.cached, sn.promptTokens, rc.indexMax)
+	st.observe(rc.predicted, bs, rc.req.PromptBytes, sn.cached, sn.promptTokens, rc.indexMax, rc.concurrent)
 }
 
 // String helps tests print a state.

@@ -58,7 +58,7 @@ var (
 	}, []string{"replica"})
 	metricPredictions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metricNS, Name: "predictions_total",
-		Help: "Prefix predictions checked against the engine: hit (predicted and cached), miss (predicted, not cached), cold (not predicted).",
+		Help: "Prefix predictions checked against the engine: hit (predicted and cached), miss (predicted, not cached), concurrent (predicted, not cached, sent while the same prefix was still being prefilled there), cold (not predicted).",
 	}, []string{"replica", "result"})
 	metricIndexPurges = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metricNS, Name: "index_purges_total",

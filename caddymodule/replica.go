@@ -68,6 +68,12 @@ type replicaState struct {
 	engine engineLoad
 	// feedback tracks the engine's reported cached tokens.
 	feedback feedbackState
+	// pending counts, by the first block of their prompt, this router's
+	// requests on the replica whose first byte has not arrived: the engine
+	// may still be computing that prefix, so a request sent meanwhile may
+	// find none of it cached although the index (which believes a prefix
+	// as soon as it is routed) predicts it. Nil until first used.
+	pending map[uint64]int
 }
 
 // Destruct implements caddy.Destructor; it stops the cooldown timer.
@@ -227,6 +233,47 @@ type reservation struct {
 	// started is when the slot was taken: the attempt's dial (if any)
 	// began after it.
 	started time.Time
+	// head is the first block of the prompt, counted in the replica's
+	// pending map while prefilling; 0 if not counted.
+	head uint64
+	// concurrent is set when another request with the same first block
+	// was pending on the replica when this one was sent.
+	concurrent bool
+}
+
+// markPending counts the reservation's prompt, whose first block is head,
+// as pending on its replica until its first byte, and records whether
+// another request with that head was pending already.
+func (r *reservation) markPending(head uint64) {
+	s := r.replica
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.released || !r.prefilling || head == 0 {
+		return
+	}
+	if s.pending == nil {
+		s.pending = map[uint64]int{}
+	}
+	r.concurrent = s.pending[head] > 0
+	s.pending[head]++
+	r.head = head
+}
+
+// endPrefillLocked ends the reservation's prefilling phase: at its first
+// byte or its release, whichever comes first.
+func (r *reservation) endPrefillLocked() {
+	if !r.prefilling {
+		return
+	}
+	r.prefilling = false
+	s := r.replica
+	s.prefilling--
+	if r.head != 0 {
+		if s.pending[r.head]--; s.pending[r.head] <= 0 {
+			delete(s.pending, r.head)
+		}
+		r.head = 0
+	}
 }
 
 // answered records the status of the response headers relayed to the
@@ -265,10 +312,7 @@ func (r *reservation) answered(status int, failStatus map[int]bool) {
 func (r *reservation) firstByte() {
 	s := r.replica
 	s.mu.Lock()
-	if r.prefilling {
-		r.prefilling = false
-		s.prefilling--
-	}
+	r.endPrefillLocked()
 	s.dialTimeouts = 0
 	s.mu.Unlock()
 }
@@ -321,10 +365,7 @@ func (r *reservation) release(o outcome, reason string, retryAfter time.Duration
 		s.mu.Lock()
 		r.released = true
 		s.inFlight--
-		if r.prefilling {
-			r.prefilling = false
-			s.prefilling--
-		}
+		r.endPrefillLocked()
 		if s.inFlight < 0 {
 			// Cannot happen: release runs once per reservation. Clamp so a
 			// bug shows in tests as a count mismatch, not a negative cap.

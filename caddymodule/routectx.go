@@ -68,6 +68,10 @@ type routeCtx struct {
 	// predicted is the number of blocks the index believed resident on the
 	// chosen replica.
 	predicted int
+	// concurrent is set when another request with the same first block
+	// was awaiting its first byte on the chosen replica (see
+	// reservation.concurrent): a miss then says nothing about the index.
+	concurrent bool
 	// strategy names the strategy that decided.
 	strategy string
 	// indexMax is the policy's configured index capacity.
@@ -117,6 +121,7 @@ func (rc *routeCtx) attach(res *reservation, addr string, cd cooldownConfig, fai
 	rc.tried = append(rc.tried, addr)
 	rc.attempts++
 	rc.predicted = predicted
+	rc.concurrent = res.concurrent
 	rc.strategy = strategy
 	rc.indexMax = indexMax
 	return true

@@ -513,6 +513,9 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 			continue
 		}
 		predicted := st.index.Match(keys.Blocks)
+		if len(keys.Blocks) > 0 {
+			resv.markPending(keys.Blocks[0])
+		}
 		if !rc.attach(resv, view[i].Addr, p.cd, p.failStatus, predicted, p.strategy.Name(), p.IndexBlocks) {
 			return nil, res
 		}

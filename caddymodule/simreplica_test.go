@@ -2,8 +2,11 @@ package caddymodule
 
 import (
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -87,4 +90,51 @@ func TestEngineFeedbackWithSimulatedReplicas(t *testing.T) {
 	})
 	assert.Equal(t, "counters_reset", r.replica(home).Feedback.LastPurge)
 	r.requireDrained(a1, a2)
+}
+
+// TestConcurrentPrefixNotAMiss proves, through Caddy, that a request sent
+// while another of the same prefix is still before its first byte on the
+// replica is checked as "concurrent" when the engine reports nothing
+// cached (it was still computing that prefix), not as a miss; and that the
+// same request sent after the first one ended is a miss.
+func TestConcurrentPrefixNotAMiss(t *testing.T) {
+	f := newFake(t) // JSON answers report cached_tokens 0
+	r := startRouter(t, fmt.Sprintf(`
+	llm_route {
+		request_usage
+	}
+	reverse_proxy %s {
+		lb_policy llm prefix_load
+	}`, f.addr))
+	sys := strings.Repeat("You are a meticulous assistant who answers in short sentences. ", 30)
+	hold := make(chan struct{})
+	f.setHold(hold)
+	var wg sync.WaitGroup
+	send := func(user string) {
+		defer wg.Done()
+		resp := post(t, r.url("/v1/chat/completions"), "", "", "", chatBody(sys, user, false))
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	wg.Add(1)
+	go send("first")
+	waitFor(t, "the first request held", func() bool { return f.cur.Load() == 1 })
+	wg.Add(1)
+	go send("second")
+	waitFor(t, "the second request held", func() bool { return f.cur.Load() == 2 })
+	close(hold)
+	wg.Wait()
+	fb := r.replica(f.addr).Feedback
+	assert.Equal(t, 1, fb.Cold, "the first request: nothing believed")
+	assert.Equal(t, 1, fb.Concurrent, "the second: believed from the first, which the engine was still computing")
+	assert.Zero(t, fb.Misses)
+
+	f.setHold(nil)
+	wg.Add(1)
+	send("third")
+	fb = r.replica(f.addr).Feedback
+	assert.Equal(t, 1, fb.Misses, "believed, nothing pending, nothing cached: a miss")
+	assert.Equal(t, 1, fb.Concurrent)
+	r.requireDrained(f.addr)
 }

@@ -378,10 +378,11 @@ type ReplicaState struct {
 	IndexEntries  int        `json:"index_entries"`
 	IndexCapacity int        `json:"index_capacity"`
 	Feedback      struct {
-		Checks int `json:"checks"`
-		Hits   int `json:"hits"`
-		Misses int `json:"misses"`
-		Cold   int `json:"cold"`
+		Checks     int `json:"checks"`
+		Hits       int `json:"hits"`
+		Misses     int `json:"misses"`
+		Cold       int `json:"cold"`
+		Concurrent int `json:"concurrent"`
 	} `json:"feedback"`
 }
 
