@@ -28,14 +28,15 @@ type RouterReplica struct {
 		KVUsage   float64 `json:"kv_usage"`
 	} `json:"engine"`
 	Feedback struct {
-		Checks    int     `json:"checks"`
-		Hits      int     `json:"hits"`
-		Misses    int     `json:"misses"`
-		Cold      int     `json:"cold"`
-		Precision float64 `json:"precision"`
-		Purges    int     `json:"purges"`
-		LastPurge string  `json:"last_purge_reason"`
-		MaxIndex  int     `json:"max_index_capacity"`
+		Checks     int     `json:"checks"`
+		Hits       int     `json:"hits"`
+		Misses     int     `json:"misses"`
+		Cold       int     `json:"cold"`
+		Concurrent int     `json:"concurrent"`
+		Precision  float64 `json:"precision"`
+		Purges     int     `json:"purges"`
+		LastPurge  string  `json:"last_purge_reason"`
+		MaxIndex   int     `json:"max_index_capacity"`
 	} `json:"feedback"`
 }
 
@@ -140,13 +141,16 @@ type Prediction struct {
 	// From /llm_route/state, summed over replicas. A check is a response
 	// that carried cached-token usage: hit = the router predicted a cached
 	// prefix and the engine reported cached tokens, miss = predicted but
-	// the engine reported none, cold = nothing predicted.
-	Checks    int     `json:"checks"`
-	Hits      int     `json:"hits"`
-	Misses    int     `json:"misses"`
-	Cold      int     `json:"cold"`
-	Precision float64 `json:"precision"` // hits / (hits + misses)
-	Purges    int     `json:"index_purges"`
+	// the engine reported none, cold = nothing predicted, concurrent =
+	// predicted and none reported while the same prefix was still before
+	// its first byte on the replica (neither hit nor miss).
+	Checks     int     `json:"checks"`
+	Hits       int     `json:"hits"`
+	Misses     int     `json:"misses"`
+	Cold       int     `json:"cold"`
+	Concurrent int     `json:"concurrent"`
+	Precision  float64 `json:"precision"` // hits / (hits + misses)
+	Purges     int     `json:"index_purges"`
 	// From llmroute's metrics on Caddy's admin /metrics.
 	PredictedCachedTokens float64 `json:"predicted_cached_tokens"`
 	ReportedCachedTokens  float64 `json:"reported_cached_tokens"`
@@ -178,6 +182,7 @@ func ReadPrediction(ctx context.Context, hc *http.Client, base string) (Predicti
 		p.Hits += f.Hits
 		p.Misses += f.Misses
 		p.Cold += f.Cold
+		p.Concurrent += f.Concurrent
 		p.Purges += f.Purges
 		if r.Engine == nil || r.Engine.Engine == "" {
 			p.EngineScrapeOK = false
@@ -196,7 +201,7 @@ func ReadPrediction(ctx context.Context, hc *http.Client, base string) (Predicti
 	p.PredictedCachedTokens = Sum(m, "llmroute_predicted_cached_tokens_total", nil)
 	p.ReportedCachedTokens = Sum(m, "llmroute_reported_cached_tokens_total", nil)
 	p.RouterPromptTokens = Sum(m, "llmroute_prompt_tokens_total", nil)
-	for _, res := range []string{"hit", "miss", "cold"} {
+	for _, res := range []string{"hit", "miss", "concurrent", "cold"} {
 		p.Results[res] = Sum(m, "llmroute_predictions_total", map[string]string{"result": res})
 	}
 	for _, s := range m["llmroute_requests_total"] {
@@ -222,6 +227,7 @@ func (p *Prediction) Add(o Prediction) {
 	p.Hits += o.Hits
 	p.Misses += o.Misses
 	p.Cold += o.Cold
+	p.Concurrent += o.Concurrent
 	p.Purges += o.Purges
 	p.PredictedCachedTokens += o.PredictedCachedTokens
 	p.ReportedCachedTokens += o.ReportedCachedTokens

@@ -741,7 +741,7 @@ func printTable(out Output) {
 			fmt.Println(n)
 		}
 	}()
-	fmt.Println("| workload | policy | TTFT p50 ms | TTFT p99 ms | cached_token_rate | router precision (hits/misses/cold) | predicted/reported tokens | complete |")
+	fmt.Println("| workload | policy | TTFT p50 ms | TTFT p99 ms | cached_token_rate | router precision (hits/misses/concurrent/cold) | predicted/reported tokens | complete |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, wl := range out.Config.Workloads {
 		for _, pol := range out.Config.Policies {
@@ -749,8 +749,8 @@ func printTable(out Output) {
 			if r == nil {
 				continue
 			}
-			fmt.Printf("| %s | %s | %.0f | %.0f | %.3f | %.3f (%d/%d/%d) | %.2f | %d/%d |\n", wl, pol, r.TTFTP50, r.TTFTP99,
-				r.CachedTokenRate, r.Router.Precision, r.Router.Hits, r.Router.Misses, r.Router.Cold,
+			fmt.Printf("| %s | %s | %.0f | %.0f | %.3f | %.3f (%d/%d/%d/%d) | %.2f | %d/%d |\n", wl, pol, r.TTFTP50, r.TTFTP99,
+				r.CachedTokenRate, r.Router.Precision, r.Router.Hits, r.Router.Misses, r.Router.Concurrent, r.Router.Cold,
 				r.Router.PredictedOverReported, r.Completed, r.Requests)
 			if len(r.Misses) > 0 {
 				var homes []map[string]int
