@@ -18,7 +18,9 @@ const (
 
 // observe mirrors replicaState.observe: hit when the index predicted a
 // prefix and the engine had some of it, miss when it predicted one and the
-// engine had none, cold when it predicted nothing. A miss shrinks the
+// engine had none (concurrent, and left alone, when another request of
+// that prefix was still before its first token there), cold when it
+// predicted nothing. A miss shrinks the
 // index by 1/8 (floor 64), a hit grows it by capacity/64 up to the maximum
 // (the engine-derived one when metrics are sampled, else the configured
 // index_blocks), and purgeMissRun misses in a row on predictions of at
@@ -36,6 +38,8 @@ func (s *Sim) observe(rt *router, i int, f *flight, u engine.Usage) {
 		if c := v.index.Capacity(); c < maxCap {
 			v.index.SetCapacity(min(c+max(c/64, 1), maxCap))
 		}
+	case f.predicted > 0 && f.concurrent:
+		// The engine was still computing it: neither hit nor miss.
 	case f.predicted > 0:
 		if f.predicted >= purgeMinBlocks {
 			v.fb.missRun++

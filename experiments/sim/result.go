@@ -108,9 +108,12 @@ type Residency struct {
 	PrecisionReported float64 `json:"precision_reported"`
 	RecallReported    float64 `json:"recall_reported"`
 	// The module's per-request classification against reported tokens.
-	Hits            int     `json:"hits"`
-	Misses          int     `json:"misses"`
-	Cold            int     `json:"cold"`
+	Hits   int `json:"hits"`
+	Misses int `json:"misses"`
+	Cold   int `json:"cold"`
+	// Concurrent: predicted, none reported, sent while another request of
+	// that prefix was still before its first token on the replica.
+	Concurrent      int     `json:"concurrent"`
 	ModulePrecision float64 `json:"module_precision"`
 	// Boundary: over requests where both the index and the engine had a
 	// prefix, the mean of predicted minus true tokens (positive: the index
@@ -164,6 +167,8 @@ func (r *Result) record(s *Sim, f *flight, ok bool, u engine.Usage) {
 	switch {
 	case f.predicted > 0 && u.CachedTokens > 0:
 		res.Hits++
+	case f.predicted > 0 && f.concurrent:
+		res.Concurrent++
 	case f.predicted > 0:
 		res.Misses++
 	default:

@@ -95,14 +95,22 @@ type flight struct {
 	wantAnswer        bool
 	done              bool
 	firstSeen         bool
+	// head is the first block of the prompt while counted as pending on
+	// its replica; concurrent is set when another flight of that head was
+	// pending there at dispatch (see replicaView.pending).
+	head       uint64
+	concurrent bool
 }
 
 // replicaView is one router's state for one replica.
 type replicaView struct {
 	inFlight int
 	prefills int // dispatched, first token not yet seen
-	index    *policies.Index
-	fb       feedback
+	// pending counts those prefills by the first block of their prompt,
+	// as the module's replicaState.pending does.
+	pending map[uint64]int
+	index   *policies.Index
+	fb      feedback
 	// last engine sample
 	sampled  bool
 	waiting  int
@@ -331,6 +339,14 @@ func (s *Sim) dispatch(rt *router, f *flight) bool {
 	}
 	v.inFlight++
 	v.prefills++
+	if len(f.req.Keys.Blocks) > 0 {
+		f.head = f.req.Keys.Blocks[0]
+		if v.pending == nil {
+			v.pending = map[uint64]int{}
+		}
+		f.concurrent = v.pending[f.head] > 0
+		v.pending[f.head]++
+	}
 	rp.dispatched++
 	if f.arrival != s.now {
 		s.res.queueWait = append(s.res.queueWait, (s.now-f.arrival).Seconds()*1000)
@@ -377,7 +393,7 @@ func (s *Sim) stepEnd(i int) error {
 		case engine.EventFirstToken:
 			f.firstTok = s.now
 			f.firstSeen = true
-			s.rts[f.router].reps[f.replica].prefills--
+			s.rts[f.router].reps[f.replica].endPrefill(f)
 			if f.wantAnswer {
 				f.answer = append(f.answer, ev.Token)
 			}
@@ -425,7 +441,7 @@ func (s *Sim) complete(f *flight, ok bool, u engine.Usage) {
 	v := &rt.reps[f.replica]
 	v.inFlight--
 	if !f.firstSeen {
-		v.prefills--
+		v.endPrefill(f)
 	}
 	s.res.record(s, f, ok, u)
 	if ok && s.cfg.Feedback {
@@ -480,6 +496,17 @@ func (s *Sim) purge(v *replicaView, counter *int) {
 }
 
 // finish sorts the samples and computes the summary figures.
+// endPrefill ends f's prefilling on v: at its first token or its end.
+func (v *replicaView) endPrefill(f *flight) {
+	v.prefills--
+	if f.head != 0 {
+		if v.pending[f.head]--; v.pending[f.head] <= 0 {
+			delete(v.pending, f.head)
+		}
+		f.head = 0
+	}
+}
+
 // placeFirst records where f's router sends f's leading key the first
 // time that router sees it.
 func (s *Sim) placeFirst(f *flight, i int) {
