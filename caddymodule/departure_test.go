@@ -51,6 +51,40 @@ func barePolicy(t *testing.T, maxInFlight int) *LLMSelection {
 	return p
 }
 
+// selector runs p.Select for fresh routed requests and, when the test
+// ends, finishes every one of them and drops p's replica references.
+type selector struct {
+	t   *testing.T
+	p   *LLMSelection
+	rcs []*routeCtx
+}
+
+func newSelector(t *testing.T, p *LLMSelection) *selector {
+	s := &selector{t: t, p: p}
+	t.Cleanup(func() {
+		for _, rc := range s.rcs {
+			rc.finish(outcomeNeutral, "", 0)
+		}
+		p.states.Range(func(k, _ any) bool {
+			releaseReplica(k.(string))
+			return true
+		})
+	})
+	return s
+}
+
+// sel selects for a new request with pool and returns the chosen replica
+// ("" when none) and the request's routing context.
+func (s *selector) sel(ctx context.Context, pool reverseproxy.UpstreamPool) (string, *routeCtx) {
+	r, rc := routedRequest(s.t, ctx)
+	up := s.p.Select(pool, r, nil)
+	s.rcs = append(s.rcs, rc)
+	if up == nil {
+		return "", rc
+	}
+	return up.Dial, rc
+}
+
 // TestQueuedStalePoolKeepsJoiner proves that a request that queued with
 // the upstream set of before a join (dynamic upstreams: its pool is as old
 // as its wait) does not make the policy take the joiner for departed: the
@@ -62,26 +96,14 @@ func TestQueuedStalePoolKeepsJoiner(t *testing.T) {
 	p := barePolicy(t, 1)
 	addr := func(i int) string { return fmt.Sprintf("departure-test.invalid:%d", 8000+i) }
 	a, b, c, d := addr(0), addr(1), addr(2), addr(3)
-	var rcs []*routeCtx
+	s := newSelector(t, p)
 	on := map[string]*routeCtx{} // the request holding each replica's slot
-	t.Cleanup(func() {
-		for _, rc := range rcs {
-			rc.finish(outcomeNeutral, "", 0)
-		}
-		p.states.Range(func(k, _ any) bool {
-			releaseReplica(k.(string))
-			return true
-		})
-	})
 	sel := func(ctx context.Context, pool reverseproxy.UpstreamPool) string {
-		r, rc := routedRequest(t, ctx)
-		up := p.Select(pool, r, nil)
-		rcs = append(rcs, rc)
-		if up == nil {
-			return ""
+		got, rc := s.sel(ctx, pool)
+		if got != "" {
+			on[got] = rc
 		}
-		on[up.Dial] = rc
-		return up.Dial
+		return got
 	}
 
 	// Three replicas, each at its cap of 1.
@@ -156,25 +178,8 @@ func statusOf(addr string) (ReplicaStatus, bool) {
 func TestDepartedReplicaDrainsThenReturns(t *testing.T) {
 	p := barePolicy(t, 2)
 	a, b := "drain-test.invalid:8100", "drain-test.invalid:8101"
-	var rcs []*routeCtx
-	t.Cleanup(func() {
-		for _, rc := range rcs {
-			rc.finish(outcomeNeutral, "", 0)
-		}
-		p.states.Range(func(k, _ any) bool {
-			releaseReplica(k.(string))
-			return true
-		})
-	})
-	sel := func(pool reverseproxy.UpstreamPool) (string, *routeCtx) {
-		r, rc := routedRequest(t, context.Background())
-		up := p.Select(pool, r, nil)
-		rcs = append(rcs, rc)
-		if up == nil {
-			return "", rc
-		}
-		return up.Dial, rc
-	}
+	sl := newSelector(t, p)
+	sel := func(pool reverseproxy.UpstreamPool) (string, *routeCtx) { return sl.sel(context.Background(), pool) }
 
 	// Two requests in flight on a, its cap.
 	got1, rc1 := sel(dynPool(a))
@@ -229,7 +234,7 @@ func TestDepartedReplicaDrainsThenReturns(t *testing.T) {
 	s, ok = statusOf(b)
 	require.True(t, ok)
 	assert.True(t, s.Draining)
-	for _, rc := range rcs {
+	for _, rc := range sl.rcs {
 		rc.finish(outcomeSuccess, "", 0)
 	}
 	_, ok = statusOf(b)
