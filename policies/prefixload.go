@@ -129,8 +129,9 @@ func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
 	bound := int(math.Ceil(s.opts.BalanceFactor*float64(total+1)/float64(n))) + s.opts.LoadSlack
 	coldBound := int(math.Ceil(s.opts.ColdBalanceFactor*float64(total+1)/float64(n))) + s.opts.LoadSlack
 
-	// Pass 2: among candidates, the longest match (ties by rank) and the
-	// home (highest rank).
+	// Pass 2: among candidates (within bound), the longest match (ties by
+	// rank), the home (highest rank) and the second; among replicas within
+	// coldBound, the cold home.
 	best, bestMatch, bestScore := -1, 0, uint64(0)
 	home, homeScore, second, secondScore := -1, uint64(0), -1, uint64(0)
 	// coldHome is the highest-ranked replica within the cold bound; spill
