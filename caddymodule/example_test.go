@@ -1,0 +1,28 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/stretchr/testify/require"
+)
+
+// TestCaddyfileExampleIsValid adapts and provisions Caddyfile.example (what
+// ./xcaddy.sh demo runs and the README points to), so that an option
+// renamed or removed breaks a test rather than the demo.
+func TestCaddyfileExampleIsValid(t *testing.T) {
+	b, err := os.ReadFile("../Caddyfile.example")
+	require.NoError(t, err)
+	t.Setenv("LLMROUTE_API_KEY", "sk-example-test")
+	cfgJSON, warn, err := caddyconfig.GetAdapter("caddyfile").Adapt(b, nil)
+	require.NoError(t, err, "adapt: %v", warn)
+	var cfg caddy.Config
+	require.NoError(t, json.Unmarshal(cfgJSON, &cfg))
+	require.NoError(t, caddy.Validate(&cfg))
+	// The policy options the example shows reach the module.
+	require.Contains(t, string(cfgJSON), `"cold_balance_factor":3`)
+	require.Contains(t, string(cfgJSON), `"dial_timeout_fails":3`)
+}
