@@ -146,7 +146,9 @@ func TestGlobalRefuseClosesTheListener(t *testing.T) {
 	r := startReplica(t, Config{})
 	require.False(t, dialRefused(r.addr))
 	require.NoError(t, r.s.SetFault("refuse", 0))
-	assert.True(t, dialRefused(r.addr), "connection refused while refusing")
+	// Retried briefly: on a loaded machine one dial may time out instead
+	// of being refused (CI saw it once); a listener left open never is.
+	eventually(t, 3*time.Second, func() bool { return dialRefused(r.addr) }, "connection refused while refusing")
 	require.NoError(t, r.s.SetFault("", 0))
 	eventually(t, 2*time.Second, func() bool { return !dialRefused(r.addr) }, "listening again")
 	code, _, _ := r.get(t, pathHealth)
@@ -156,7 +158,7 @@ func TestGlobalRefuseClosesTheListener(t *testing.T) {
 	resp, err := r.post(t, context.Background(), pathSimFault, `{"fault":"refuse","duration_ms":1500}`)
 	require.NoError(t, err)
 	assert.Contains(t, drain(resp), `"fault":"refuse"`)
-	assert.True(t, dialRefused(r.addr))
+	eventually(t, time.Second, func() bool { return dialRefused(r.addr) }, "connection refused during the timed refusal")
 	eventually(t, 6*time.Second, func() bool { return !dialRefused(r.addr) }, "the refusal expires")
 	assert.Equal(t, "", r.s.Stats().Fault)
 }
