@@ -106,6 +106,8 @@ func TestUsageRequestedAndStripped(t *testing.T) {
 	f.mu.Lock()
 	assert.Contains(t, f.lastBody, `"include_usage":true`)
 	f.mu.Unlock()
+	// Checked as each request ends, possibly just after the client's read.
+	waitFor(t, "two predictions checked", func() bool { return r.replica(f.addr).Feedback.Checks == 2 })
 	st := r.replica(f.addr)
 	assert.Equal(t, 2, st.Feedback.Checks)
 	assert.Equal(t, 1, st.Feedback.Hits, "second request was predicted and the engine reported cached tokens")

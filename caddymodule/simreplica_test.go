@@ -71,6 +71,9 @@ func TestEngineFeedbackWithSimulatedReplicas(t *testing.T) {
 	if home == a2 {
 		homeSim = s2
 	}
+	// The handler checks a prediction as its request ends, which may be
+	// just after the client read the last byte.
+	waitFor(t, "six predictions checked", func() bool { return r.replica(home).Feedback.Checks == 6 })
 	st := r.replica(home)
 	assert.Equal(t, 6, st.Feedback.Checks)
 	assert.Equal(t, 1, st.Feedback.Cold)
@@ -125,6 +128,7 @@ func TestConcurrentPrefixNotAMiss(t *testing.T) {
 	waitFor(t, "the second request held", func() bool { return f.cur.Load() == 2 })
 	close(hold)
 	wg.Wait()
+	waitFor(t, "both predictions checked", func() bool { return r.replica(f.addr).Feedback.Checks == 2 })
 	fb := r.replica(f.addr).Feedback
 	assert.Equal(t, 1, fb.Cold, "the first request: nothing believed")
 	assert.Equal(t, 1, fb.Concurrent, "the second: believed from the first, which the engine was still computing")
@@ -133,6 +137,7 @@ func TestConcurrentPrefixNotAMiss(t *testing.T) {
 	f.setHold(nil)
 	wg.Add(1)
 	send("third")
+	waitFor(t, "the third prediction checked", func() bool { return r.replica(f.addr).Feedback.Checks == 3 })
 	fb = r.replica(f.addr).Feedback
 	assert.Equal(t, 1, fb.Misses, "believed, nothing pending, nothing cached: a miss")
 	assert.Equal(t, 1, fb.Concurrent)
