@@ -328,14 +328,32 @@ func TestReloadRaisingCapAdmitsQueued(t *testing.T) {
 	require.NoError(t, <-done)
 }
 
-// configJSON returns the running config as JSON.
+// adminHTTP talks to Caddy's admin API without keep-alive: a reload
+// replaces the admin server, and a request on a connection kept to the old
+// one fails with EOF.
+var adminHTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+
+// configJSON returns the running config as JSON. The admin server may be
+// between its old and new listener during a reload: three tries.
 func configJSON(t *testing.T, e *env) string {
-	resp, err := e.httpClient().Get("http://" + e.cfg.AdminAddr + "/config/")
+	var err error
+	for try := range 3 {
+		if try > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		var resp *http.Response
+		resp, err = adminHTTP.Get("http://" + e.cfg.AdminAddr + "/config/")
+		if err != nil {
+			continue
+		}
+		b, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if err = rerr; err == nil {
+			return string(b)
+		}
+	}
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	require.NoError(t, err)
-	return string(b)
+	return ""
 }
 
 func configHas(t *testing.T, e *env, s string) bool {

@@ -266,7 +266,9 @@ func StartCaddy(ctx context.Context, bin, dir, caddyfile, adminAddr, listenAddr 
 		return nil, err
 	}
 	c := &Caddy{AdminAddr: adminAddr, cmd: cmd, logPath: logPath, done: make(chan struct{}),
-		client: &http.Client{Timeout: 10 * time.Second}}
+		// No keep-alive: a reload replaces Caddy's admin server, and a
+		// request on a connection kept to the old one fails with EOF.
+		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}}
 	go func() {
 		c.waitErr = cmd.Wait()
 		logf.Close()
