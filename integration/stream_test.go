@@ -236,7 +236,7 @@ func TestReloadMidStream(t *testing.T) {
 			t.Fatal("POST /load did not return after the stream ended")
 		}
 		e.freshConns()
-		requireStreamComplete(t, e.do(newID(t), chatBody(true, false, "after the reload"), nil))
+		requireStreamComplete(t, doAfterReload(t, e, chatBody(true, false, "after the reload")))
 		assert.Contains(t, configJSON(t, e), `"max_in_flight":8`)
 	})
 	t.Run("serving replica removed", func(t *testing.T) {
@@ -255,7 +255,7 @@ func TestReloadMidStream(t *testing.T) {
 		require.NoError(t, <-done)
 		e.freshConns()
 		for i := range 3 {
-			res := e.do(newID(t), chatBody(i == 0, false, fmt.Sprintf("only the other one %d", i)), nil)
+			res := doAfterReload(t, e, chatBody(i == 0, false, fmt.Sprintf("only the other one %d", i)))
 			require.NoError(t, res.Err)
 			require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 			assert.Equal(t, other, res.Header.Get(replicaHdr))
@@ -290,7 +290,7 @@ func TestReloadKeepsCooldown(t *testing.T) {
 	rs := e.replicaState(a.Addr())
 	assert.True(t, rs.Cooling, "the cooldown must survive the reload: %+v", rs)
 	for i := range 4 {
-		res := e.do(newID(t), chatBody(false, false, fmt.Sprintf("after the reload %d", i)), nil)
+		res := doAfterReload(t, e, chatBody(false, false, fmt.Sprintf("after the reload %d", i)))
 		require.Equal(t, http.StatusOK, res.Status, "body: %s", res.Body)
 		assert.Equal(t, b.Addr(), res.Header.Get(replicaHdr), "a cooling replica must be skipped after a reload too")
 	}
@@ -326,6 +326,29 @@ func TestReloadRaisingCapAdmitsQueued(t *testing.T) {
 	}
 	finishHeld(t, e, id, s, 2, 4)
 	require.NoError(t, <-done)
+}
+
+// doAfterReload sends a request right after a reload. A connection that
+// the old server accepted while shutting down can fail before the request
+// is read; no replica saw it, so it is retried as clients do (three tries,
+// on fresh connections). A request a replica saw is never retried.
+func doAfterReload(t *testing.T, e *env, body string) *result {
+	t.Helper()
+	var res *result
+	for try := range 3 {
+		if try > 0 {
+			time.Sleep(100 * time.Millisecond)
+			e.freshConns()
+		}
+		id := newID(t)
+		res = e.do(id, body, nil)
+		if res.Err == nil {
+			return res
+		}
+		require.Empty(t, e.tracker.Receipts(id), "a request that reached a replica failed: %v", res.Err)
+		t.Logf("request after the reload failed before reaching a replica (%v); retrying", res.Err)
+	}
+	return res
 }
 
 // adminHTTP talks to Caddy's admin API without keep-alive: a reload
