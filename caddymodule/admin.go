@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 func init() {
@@ -53,8 +55,30 @@ type ReplicaStatus struct {
 	Feedback      FeedbackStatus    `json:"feedback"`
 }
 
+// PolicyStatus is one live `lb_policy llm` with its effective settings
+// (defaults filled in), so that a change through the admin API can be
+// checked.
+type PolicyStatus struct {
+	Strategy          string         `json:"strategy"`
+	MaxInFlight       int            `json:"max_in_flight"`
+	QueueSize         int            `json:"queue_size"`
+	QueueTimeout      caddy.Duration `json:"queue_timeout"`
+	Queued            int64          `json:"queued"`
+	BalanceFactor     float64        `json:"balance_factor"`
+	ColdBalanceFactor float64        `json:"cold_balance_factor"`
+	LoadSlack         int            `json:"load_slack"`
+	ColdChoices       int            `json:"cold_choices"`
+	SlowStart         caddy.Duration `json:"slow_start,omitempty"`
+	CooldownBase      caddy.Duration `json:"cooldown_base"`
+	CooldownMax       caddy.Duration `json:"cooldown_max"`
+	DialTimeoutFails  int            `json:"dial_timeout_fails"`
+	EngineMetrics     bool           `json:"engine_metrics"`
+}
+
 // RouterState is the body of GET /llm_route/state.
 type RouterState struct {
+	// Policies are the live llm policies (one per reverse_proxy using it).
+	Policies      []PolicyStatus  `json:"policies"`
 	Replicas      []ReplicaStatus `json:"replicas"`
 	TotalInFlight int             `json:"total_in_flight"`
 	Queued        int             `json:"queued"`
@@ -64,12 +88,37 @@ func serveState(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodGet {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Message: "method not allowed"}
 	}
-	st := RouterState{Replicas: snapshotReplicas(), Queued: waiters.len()}
+	st := RouterState{Policies: snapshotPolicies(), Replicas: snapshotReplicas(), Queued: waiters.len()}
 	for _, s := range st.Replicas {
 		st.TotalInFlight += s.InFlight
 	}
 	w.Header().Set("Content-Type", "application/json")
 	return json.NewEncoder(w).Encode(st)
+}
+
+// snapshotPolicies returns the live policies' effective settings.
+func snapshotPolicies() []PolicyStatus {
+	livePolicies.Lock()
+	defer livePolicies.Unlock()
+	out := make([]PolicyStatus, 0, len(livePolicies.list))
+	for _, p := range livePolicies.list {
+		cold := p.ColdBalanceFactor
+		if cold == 0 {
+			cold = max(policies.DefaultColdBalanceFactor, p.BalanceFactor)
+		}
+		choices := p.ColdChoices
+		if choices == 0 {
+			choices = policies.DefaultColdChoices
+		}
+		out = append(out, PolicyStatus{
+			Strategy: p.strategy.Name(), MaxInFlight: p.MaxInFlight, QueueSize: p.QueueSize,
+			QueueTimeout: p.QueueTimeout, Queued: p.queued.Load(),
+			BalanceFactor: p.BalanceFactor, ColdBalanceFactor: cold, LoadSlack: p.LoadSlack, ColdChoices: choices,
+			SlowStart: p.SlowStart, CooldownBase: p.CooldownBase, CooldownMax: p.CooldownMax,
+			DialTimeoutFails: p.DialTimeoutFails, EngineMetrics: p.EngineMetrics != nil,
+		})
+	}
+	return out
 }
 
 // snapshotReplicas returns every known replica's status, sorted by address.

@@ -119,6 +119,10 @@ func TestTenReloadsUnderStreamingLoad(t *testing.T) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&got))
 	resp.Body.Close()
 	assert.Equal(t, strategies[9%len(strategies)], got)
+	// The state endpoint names the live policy's strategy too, and only it.
+	pol := r.state().Policies
+	require.Len(t, pol, 1, "a retired policy is still listed")
+	assert.Equal(t, strategies[9%len(strategies)], pol[0].Strategy)
 }
 
 // postRetryUnread posts body and, if the connection fails before any

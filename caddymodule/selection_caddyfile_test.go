@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -98,4 +99,30 @@ func TestSelectionValidateColdBalanceFactor(t *testing.T) {
 			assert.ErrorContains(t, err, "cold_balance_factor", "%v", tt.f)
 		}
 	}
+}
+
+// TestStateShowsEffectivePolicy proves that /llm_route/state lists the live
+// policy with what it was configured with and the defaults it filled in.
+func TestStateShowsEffectivePolicy(t *testing.T) {
+	f := newFake(t)
+	r := startRouter(t, fmt.Sprintf(`
+	llm_route
+	reverse_proxy %s {
+		lb_policy llm {
+			max_in_flight 7
+			cold_balance_factor 2.5
+		}
+	}`, f.addr))
+	pol := r.state().Policies
+	require.Len(t, pol, 1)
+	p := pol[0]
+	assert.Equal(t, "prefix_load", p.Strategy)
+	assert.Equal(t, 7, p.MaxInFlight)
+	assert.Equal(t, 2.5, p.ColdBalanceFactor)
+	assert.Equal(t, 256, p.QueueSize)
+	assert.Equal(t, caddy.Duration(30*time.Second), p.QueueTimeout)
+	assert.Equal(t, 1.5, p.BalanceFactor)
+	assert.Equal(t, 1, p.ColdChoices)
+	assert.Equal(t, 3, p.DialTimeoutFails)
+	assert.False(t, p.EngineMetrics)
 }
