@@ -59,7 +59,7 @@ type replicaState struct {
 	departed bool
 	// drainRefs counts the policy references on this state kept after the
 	// replica left because requests were still in flight on it; the last
-	// release drops them (see departLocked). Until then the state, its
+	// release drops them (see depart). Until then the state, its
 	// in-flight count and the reservations show in /llm_route/state, and
 	// a replica that comes back under the same address resumes with the
 	// requests it still runs counted against its cap.
@@ -295,16 +295,23 @@ func (r *reservation) answered(status int, failStatus map[int]bool) {
 		r.probe = false
 		s.probing = false
 		if s.needProbe {
-			passed = true
-			s.failures = 0
-			s.needProbe = false
-			s.coolReason = ""
+			passed = s.trustLocked()
 		}
 	}
 	s.mu.Unlock()
 	if passed {
 		waiters.wakeAllFor(s.addr)
 	}
+}
+
+// trustLocked marks the replica healthy again and reports whether it was
+// awaiting a probe's success (then its whole cap opens).
+func (s *replicaState) trustLocked() bool {
+	opened := s.needProbe
+	s.failures = 0
+	s.needProbe = false
+	s.coolReason = ""
+	return opened
 }
 
 // firstByte records that the answer started: the request no longer delays
@@ -384,10 +391,7 @@ func (r *reservation) release(o outcome, reason string, retryAfter time.Duration
 		case outcomeSuccess:
 			s.dialTimeouts = 0
 			if !s.needProbe || r.probe {
-				opened = s.needProbe
-				s.failures = 0
-				s.needProbe = false
-				s.coolReason = ""
+				opened = s.trustLocked()
 			}
 		case outcomeFailure:
 			now := time.Now()
