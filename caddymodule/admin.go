@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-
-	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 func init() {
@@ -102,18 +100,11 @@ func snapshotPolicies() []PolicyStatus {
 	defer livePolicies.Unlock()
 	out := make([]PolicyStatus, 0, len(livePolicies.list))
 	for _, p := range livePolicies.list {
-		cold := p.ColdBalanceFactor
-		if cold == 0 {
-			cold = max(policies.DefaultColdBalanceFactor, p.BalanceFactor)
-		}
-		choices := p.ColdChoices
-		if choices == 0 {
-			choices = policies.DefaultColdChoices
-		}
 		out = append(out, PolicyStatus{
 			Strategy: p.strategy.Name(), MaxInFlight: p.MaxInFlight, QueueSize: p.QueueSize,
 			QueueTimeout: p.QueueTimeout, Queued: p.queued.Load(),
-			BalanceFactor: p.BalanceFactor, ColdBalanceFactor: cold, LoadSlack: p.LoadSlack, ColdChoices: choices,
+			BalanceFactor: p.opts.BalanceFactor, ColdBalanceFactor: p.opts.ColdBalanceFactor,
+			LoadSlack: p.opts.LoadSlack, ColdChoices: p.opts.ColdChoices,
 			SlowStart: p.SlowStart, CooldownBase: p.CooldownBase, CooldownMax: p.CooldownMax,
 			DialTimeoutFails: p.DialTimeoutFails, EngineMetrics: p.EngineMetrics != nil,
 		})

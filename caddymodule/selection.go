@@ -125,7 +125,9 @@ type LLMSelection struct {
 	// size to the strategies. Missing or stale metrics mean unknown load.
 	EngineMetrics *EngineMetricsConfig `json:"engine_metrics,omitempty"`
 
-	strategy   policies.Strategy
+	strategy policies.Strategy
+	// opts are the strategy's options with their defaults filled in.
+	opts       policies.Options
 	decision   prometheus.Observer
 	cd         cooldownConfig
 	failStatus map[int]bool
@@ -192,7 +194,7 @@ func (p *LLMSelection) Provision(ctx caddy.Context) error {
 		p.BalanceFactor = policies.DefaultBalanceFactor
 	}
 	if p.LoadSlack == 0 {
-		p.LoadSlack = 2
+		p.LoadSlack = policies.DefaultLoadSlack
 	}
 	if p.IndexBlocks == 0 {
 		p.IndexBlocks = defaultIndexBlocks
@@ -205,15 +207,20 @@ func (p *LLMSelection) Provision(ctx caddy.Context) error {
 	for _, s := range p.FailStatus {
 		p.failStatus[s] = true
 	}
-	var err error
-	p.strategy, err = policies.NewStrategy(p.Strategy, policies.Options{
-		Seed:          p.Seed,
-		BalanceFactor: p.BalanceFactor,
-		LoadSlack:     p.LoadSlack,
-		ColdChoices:   p.ColdChoices,
-
+	opts := policies.Options{
+		Seed:              p.Seed,
+		BalanceFactor:     p.BalanceFactor,
+		LoadSlack:         p.LoadSlack,
+		ColdChoices:       p.ColdChoices,
 		ColdBalanceFactor: p.ColdBalanceFactor,
-	})
+	}
+	var err error
+	// The strategy resolves opts itself (WithDefaults is not idempotent for
+	// a negative load_slack); p.opts keeps the same resolution for /state.
+	if p.opts, err = opts.WithDefaults(); err != nil {
+		return err
+	}
+	p.strategy, err = policies.NewStrategy(p.Strategy, opts)
 	if err != nil {
 		return err
 	}

@@ -82,7 +82,7 @@ type MatchFunc func(keys Keys, i int, r *Replica) int
 // NewPrefixLoadWithMatch returns prefix_load with its residency answer
 // replaced by match (MinMatchBlocks then applies in match's unit).
 func NewPrefixLoadWithMatch(opts Options, match MatchFunc) (Strategy, error) {
-	o, err := opts.withDefaults()
+	o, err := opts.WithDefaults()
 	if err != nil {
 		return nil, err
 	}

@@ -167,7 +167,7 @@ func TestPrefixLoad(t *testing.T) {
 func TestPrefixLoadBurst(t *testing.T) {
 	const n, burst = 8, 200
 	for _, opts := range []Options{{}, {LoadSlack: -1}, {BalanceFactor: 2, LoadSlack: 4}} {
-		o, err := opts.withDefaults()
+		o, err := opts.WithDefaults()
 		require.NoError(t, err)
 		t.Run(fmt.Sprintf("c=%v slack=%d", o.BalanceFactor, o.LoadSlack), func(t *testing.T) {
 			s := mustStrategy(t, "prefix_load", opts)

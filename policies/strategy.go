@@ -75,8 +75,11 @@ type Options struct {
 	ColdBalanceFactor float64
 }
 
-// withDefaults fills unset knobs and checks the rest.
-func (o Options) withDefaults() (Options, error) {
+// WithDefaults returns o with every unset knob filled in, as the
+// strategies use it, or an error for a knob out of range. Apply it once: a
+// negative LoadSlack (no slack) becomes 0, which a second pass reads as
+// unset.
+func (o Options) WithDefaults() (Options, error) {
 	if o.BalanceFactor == 0 {
 		o.BalanceFactor = DefaultBalanceFactor
 	}
@@ -115,7 +118,7 @@ var StrategyNames = []string{"round_robin", "prefix_affinity", "least_load", "pr
 // error listing the valid names for an unknown name, and one for an invalid
 // option.
 func NewStrategy(name string, opts Options) (Strategy, error) {
-	o, err := opts.withDefaults()
+	o, err := opts.WithDefaults()
 	if err != nil {
 		return nil, err
 	}

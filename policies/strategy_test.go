@@ -59,7 +59,7 @@ func TestOptionsDefaults(t *testing.T) {
 		{Options{BalanceFactor: 3}, Options{BalanceFactor: 3, LoadSlack: 2, MinMatchBlocks: 1, ColdChoices: DefaultColdChoices, ColdBalanceFactor: 3}},
 	}
 	for _, tt := range tests {
-		got, err := tt.in.withDefaults()
+		got, err := tt.in.WithDefaults()
 		require.NoError(t, err)
 		assert.Equal(t, tt.want, got)
 	}
