@@ -495,7 +495,6 @@ func (s *Sim) purge(v *replicaView, counter *int) {
 	*counter++
 }
 
-// finish sorts the samples and computes the summary figures.
 // endPrefill ends f's prefilling on v: at its first token or its end.
 func (v *replicaView) endPrefill(f *flight) {
 	v.prefills--
@@ -526,6 +525,7 @@ func (s *Sim) placeFirst(f *flight, i int) {
 	}
 }
 
+// finish sorts the samples and computes the summary figures.
 func (s *Sim) finish() *Result {
 	r := s.res
 	for _, p := range s.firstPlace {
