@@ -23,12 +23,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/llmroute/caddy-llmroute/engine"
 	"github.com/llmroute/caddy-llmroute/experiments/sim"
 	"github.com/llmroute/caddy-llmroute/experiments/workload"
+	"github.com/llmroute/caddy-llmroute/internal/proc"
 	"github.com/llmroute/caddy-llmroute/internal/soak"
 	"github.com/llmroute/caddy-llmroute/policies"
 )
@@ -210,10 +210,10 @@ func Run(cfg Config) (*Record, error) {
 		arrivals[i] = Arrival{At: w.Sessions[i].Arrival, Body: req.Body(w.Params.Model), OutputTokens: req.OutputTokens}
 	}
 
-	var procs []*exec.Cmd
+	var procs []*proc.Proc
 	defer func() {
 		for _, p := range procs {
-			stop(p)
+			p.Stop(stopGrace)
 		}
 	}()
 	var upstreams []string
@@ -222,9 +222,10 @@ func Run(cfg Config) (*Record, error) {
 		if err != nil {
 			return nil, err
 		}
-		p := exec.Command(simBin, "-addr", addr, "-name", fmt.Sprintf("r%d", i), "-blocks", fmt.Sprint(setup.KVBlocks), "-quiet")
-		p.Stdout, p.Stderr = cfg.Progress, cfg.Progress
-		if err := p.Start(); err != nil {
+		cmd := exec.Command(simBin, "-addr", addr, "-name", fmt.Sprintf("r%d", i), "-blocks", fmt.Sprint(setup.KVBlocks), "-quiet")
+		cmd.Stdout, cmd.Stderr = cfg.Progress, cfg.Progress
+		p, err := proc.Start(cmd, "")
+		if err != nil {
 			return nil, err
 		}
 		procs = append(procs, p)
@@ -261,9 +262,10 @@ func Run(cfg Config) (*Record, error) {
 		if err := os.WriteFile(cfPath, []byte(cf), 0o644); err != nil {
 			return nil, err
 		}
-		cp := exec.Command(caddyBin, "run", "--config", cfPath, "--adapter", "caddyfile")
-		cp.Stdout, cp.Stderr = io.Discard, cfg.Progress
-		if err := cp.Start(); err != nil {
+		cmd := exec.Command(caddyBin, "run", "--config", cfPath, "--adapter", "caddyfile")
+		cmd.Stdout, cmd.Stderr = io.Discard, cfg.Progress
+		cp, err := proc.Start(cmd, "")
+		if err != nil {
 			return nil, err
 		}
 		procs = append(procs, cp)
@@ -280,7 +282,7 @@ func Run(cfg Config) (*Record, error) {
 		rec.Policies[pol] = res
 		logf("%s: %d ok, %d errors, %d incomplete, hit %.3f, ttft p50 %.1f p99 %.1f ms", pol, res.OK, res.Errors, res.Incomplete,
 			res.TokenHitRate, res.TTFT.P50, res.TTFT.P99)
-		stop(cp)
+		cp.Stop(stopGrace)
 		procs = procs[:len(procs)-1]
 
 		// The simulator on the same scenario.
@@ -434,19 +436,6 @@ func post(url, body string) error {
 	return nil
 }
 
-// stop ends a process this package started: SIGTERM, then SIGKILL after
-// five seconds.
-func stop(p *exec.Cmd) {
-	if p.Process == nil {
-		return
-	}
-	_ = p.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = p.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = p.Process.Kill()
-		<-done
-	}
-}
+// stopGrace is how long a process this package started gets between
+// SIGTERM and SIGKILL.
+const stopGrace = 5 * time.Second

@@ -15,11 +15,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"text/template"
 	"time"
 
+	"github.com/llmroute/caddy-llmroute/internal/proc"
 	"github.com/llmroute/caddy-llmroute/internal/procstat"
 )
 
@@ -230,11 +229,7 @@ func ModuleRoot() (string, error) {
 // Caddy is one running caddy process.
 type Caddy struct {
 	AdminAddr string
-	cmd       *exec.Cmd
-	logPath   string
-	done      chan struct{}
-	waitErr   error
-	stopOnce  sync.Once
+	p         *proc.Proc
 	client    *http.Client
 }
 
@@ -251,29 +246,18 @@ func StartCaddy(ctx context.Context, bin, dir, caddyfile, adminAddr, listenAddr 
 	if err := os.WriteFile(cfgPath, []byte(caddyfile), 0o600); err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(dir, "caddy.log")
-	logf, err := os.Create(logPath)
+	cmd := exec.Command(bin, "run", "--config", cfgPath, "--adapter", "caddyfile")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
+	setDeathSignal(cmd)
+	p, err := proc.Start(cmd, filepath.Join(dir, "caddy.log"))
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "run", "--config", cfgPath, "--adapter", "caddyfile")
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
-	setDeathSignal(cmd)
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, err
-	}
-	c := &Caddy{AdminAddr: adminAddr, cmd: cmd, logPath: logPath, done: make(chan struct{}),
+	c := &Caddy{AdminAddr: adminAddr, p: p,
 		// No keep-alive: a reload replaces Caddy's admin server, and a
 		// request on a connection kept to the old one fails with EOF.
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}}
-	go func() {
-		c.waitErr = cmd.Wait()
-		logf.Close()
-		close(c.done)
-	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if err := c.ready(ctx, listenAddr); err == nil {
@@ -283,8 +267,8 @@ func StartCaddy(ctx context.Context, bin, dir, caddyfile, adminAddr, listenAddr 
 			return nil, fmt.Errorf("caddy did not come up: %v; log:\n%s", err, c.LogTail(4000))
 		}
 		select {
-		case <-c.done:
-			return nil, fmt.Errorf("caddy exited: %v; log:\n%s", c.waitErr, c.LogTail(4000))
+		case <-p.Done():
+			return nil, fmt.Errorf("caddy exited: %v; log:\n%s", p.Err(), c.LogTail(4000))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -309,46 +293,17 @@ func (c *Caddy) ready(ctx context.Context, listenAddr string) error {
 }
 
 // Pid returns the process id.
-func (c *Caddy) Pid() int { return c.cmd.Process.Pid }
+func (c *Caddy) Pid() int { return c.p.Pid() }
 
 // Exited reports whether the process has ended.
-func (c *Caddy) Exited() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
-}
+func (c *Caddy) Exited() bool { return c.p.Exited() }
 
 // Stop ends the process: SIGTERM, then SIGKILL after 3 s. It is safe to
 // call more than once.
-func (c *Caddy) Stop() {
-	c.stopOnce.Do(func() {
-		if c.Exited() {
-			return
-		}
-		_ = c.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-c.done:
-		case <-time.After(3 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
-	})
-}
+func (c *Caddy) Stop() { c.p.Stop(3 * time.Second) }
 
 // LogTail returns the last n bytes of caddy's log.
-func (c *Caddy) LogTail(n int) string {
-	b, err := os.ReadFile(c.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
-}
+func (c *Caddy) LogTail(n int) string { return c.p.LogTail(n) }
 
 // Load replaces the config with caddyfile through POST /load.
 func (c *Caddy) Load(ctx context.Context, caddyfile string) error {

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/llmroute/caddy-llmroute/internal/proc"
 	"github.com/llmroute/caddy-llmroute/internal/soak"
 	"golang.org/x/sys/unix"
 )
@@ -130,16 +131,15 @@ func cpuList(cpus []int) string {
 // child is a process llmbench started and stops.
 type child struct {
 	name string
-	cmd  *exec.Cmd
+	p    *proc.Proc
 	pid  int
-	log  string
-	done chan struct{}
 	// stdin, when set, is closed to ask the child to exit.
 	stdin io.WriteCloser
 }
 
 // startChild starts argv, pinned to cpus with taskset when cpus is set,
-// with GOMAXPROCS=gomaxprocs (0: unset), stdout+stderr to logPath.
+// with GOMAXPROCS=gomaxprocs (0: unset), stderr (and stdout, unless
+// stdout is given) to logPath.
 func startChild(name string, argv []string, cpus []int, gomaxprocs int, env []string, logPath string, stdout io.Writer) (*child, error) {
 	if len(cpus) > 0 && tasksetPath != "" {
 		argv = append([]string{tasksetPath, "-c", cpuList(cpus)}, argv...)
@@ -149,49 +149,29 @@ func startChild(name string, argv []string, cpus []int, gomaxprocs int, env []st
 	if gomaxprocs > 0 {
 		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(gomaxprocs))
 	}
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stderr = logf
-	if stdout != nil {
-		cmd.Stdout = stdout
-	} else {
-		cmd.Stdout = logf
-	}
+	cmd.Stdout = stdout
 	// Die with llmbench, whatever kills it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	c := &child{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	c := &child{name: name}
 	if stdout != nil {
 		// Only the upstream reads stdin (to notice the parent closing it).
-		c.stdin, err = cmd.StdinPipe()
-		if err != nil {
+		var err error
+		if c.stdin, err = cmd.StdinPipe(); err != nil {
 			return nil, err
 		}
 	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
+	p, err := proc.Start(cmd, logPath)
+	if err != nil {
 		return nil, err
 	}
-	c.pid = cmd.Process.Pid
-	go func() {
-		_ = cmd.Wait()
-		logf.Close()
-		close(c.done)
-	}()
+	c.p, c.pid = p, p.Pid()
 	return c, nil
 }
 
-func (c *child) alive() bool {
-	select {
-	case <-c.done:
-		return false
-	default:
-		return true
-	}
-}
+func (c *child) alive() bool { return !c.p.Exited() }
 
-// stop asks the child to exit (SIGTERM, then SIGKILL after 5 s).
+// stop asks the child to exit (its stdin closed, SIGTERM, then SIGKILL
+// after 5 s).
 func (c *child) stop() {
 	if c == nil || !c.alive() {
 		return
@@ -199,22 +179,10 @@ func (c *child) stop() {
 	if c.stdin != nil {
 		c.stdin.Close()
 	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(5 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.done
-	}
+	c.p.Stop(5 * time.Second)
 }
 
-func (c *child) logTail() string {
-	b, _ := os.ReadFile(c.log)
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return string(b)
-}
+func (c *child) logTail() string { return c.p.LogTail(2000) }
 
 // waitListen waits until addr accepts TCP connections.
 func waitListen(ctx context.Context, c *child, addr string) error {

@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/llmroute/caddy-llmroute/internal/proc"
 	"github.com/llmroute/caddy-llmroute/realengine/bench"
 )
 
@@ -240,59 +241,26 @@ func planRate(r float64) float64 {
 // replicaNames maps a replica's address to its name.
 var replicaNames = map[string]string{}
 
-// proc is a child process with its log file.
-type proc struct {
+// child is a started process with its name.
+type child struct {
 	name string
-	cmd  *exec.Cmd
-	log  *os.File
-	done chan struct{}
+	*proc.Proc
 }
 
-func start(name, logPath string, env []string, bin string, args ...string) (*proc, error) {
-	f, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
+func start(name, logPath string, env []string, bin string, args ...string) (*child, error) {
 	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), env...)
-	if err := cmd.Start(); err != nil {
-		f.Close()
+	p, err := proc.Start(cmd, logPath)
+	if err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, log: f, done: make(chan struct{})}
-	go func() {
-		cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
+	return &child{name: name, Proc: p}, nil
 }
 
 // stop sends SIGTERM, then SIGKILL after a grace period, and waits.
-func (p *proc) stop() {
-	if p == nil {
-		return
-	}
-	select {
-	case <-p.done:
-	default:
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(5 * time.Second):
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-	}
-	p.log.Close()
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
+func (p *child) stop() {
+	if p != nil {
+		p.Stop(5 * time.Second)
 	}
 }
 
@@ -307,14 +275,14 @@ func freePort() (int, error) {
 }
 
 // waitHTTP polls url until it answers 200 or the timeout passes.
-func waitHTTP(ctx context.Context, hc *http.Client, url string, timeout time.Duration, p *proc) error {
+func waitHTTP(ctx context.Context, hc *http.Client, url string, timeout time.Duration, p *child) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if p != nil && p.exited() {
-			return fmt.Errorf("%s exited; see %s", p.name, p.log.Name())
+		if p != nil && p.Exited() {
+			return fmt.Errorf("%s exited; see %s", p.name, p.LogPath)
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if resp, err := hc.Do(req); err == nil {
@@ -380,7 +348,7 @@ func run(ctx context.Context, c config) (out Output, err error) {
 		return out, err
 	}
 	hc := &http.Client{Timeout: 10 * time.Second}
-	var procs []*proc
+	var procs []*child
 	var mu sync.Mutex
 	defer func() {
 		mu.Lock()
@@ -389,7 +357,7 @@ func run(ctx context.Context, c config) (out Output, err error) {
 			procs[i].stop()
 		}
 	}()
-	track := func(p *proc) {
+	track := func(p *child) {
 		mu.Lock()
 		procs = append(procs, p)
 		mu.Unlock()
@@ -538,7 +506,7 @@ func run(ctx context.Context, c config) (out Output, err error) {
 }
 
 func runPolicy(ctx context.Context, c config, hc *http.Client, replicas []string, wl, pol string, rep int,
-	plan []bench.Request, track func(*proc)) (runOut, error) {
+	plan []bench.Request, track func(*child)) (runOut, error) {
 	var ro runOut
 	for _, addr := range replicas {
 		if err := post(ctx, hc, "http://"+addr+"/reset"); err != nil {
