@@ -242,12 +242,19 @@ func TestJoiningReplicaNoStampede(t *testing.T) {
 	old.setHold(hold)
 	fresh.setHold(hold)
 	var wg sync.WaitGroup
+	var unread atomic.Int64
 	for i := range 12 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp := post(t, r.url("/v1/chat/completions"), "", "", "", chatBody(fmt.Sprint("tenant", i), "q", false))
-			resp.Body.Close()
+			// The old server may still take (and reset) a new connection
+			// right after the reload: retried when no replica saw it.
+			id := fmt.Sprint("burst-", i)
+			resp, err := postRetryUnread(r.url("/v1/chat/completions"), id, chatBody(fmt.Sprint("tenant", i), "q", false),
+				func() int { return old.count(id) + fresh.count(id) }, &unread)
+			if assert.NoError(t, err) {
+				resp.Body.Close()
+			}
 		}()
 	}
 	waitFor(t, "burst placed or queued", func() bool { return old.cur.Load()+fresh.cur.Load()+int64(r.state().Queued) == 12 })
