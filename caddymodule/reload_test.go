@@ -162,7 +162,12 @@ func TestCooldownSurvivesReload(t *testing.T) {
 	require.True(t, r.replica(a.addr).Cooling && r.replica(b.addr).Cooling)
 	require.NoError(t, caddy.Load(jsonConfig(r.admin, r.port, "least_load", a.addr, b.addr), true))
 	assert.True(t, r.replica(a.addr).Cooling, "cooldown forgotten on reload")
-	resp := post(t, r.url("/v1/chat/completions"), "", "after", "", chatBody("s", "x", false))
+	// Right after a reload: retried if the old server dropped the
+	// connection before any replica saw the request.
+	var unread atomic.Int64
+	resp, err := postRetryUnread(r.url("/v1/chat/completions"), "after", chatBody("s", "x", false),
+		func() int { return a.count("after") + b.count("after") }, &unread)
+	require.NoError(t, err)
 	assert.Equal(t, 503, resp.StatusCode)
 	_, code := apiErr(t, resp)
 	assert.Equal(t, "no_healthy_replica", code)
