@@ -30,7 +30,7 @@ build() {
 # stale reports whether ./caddy is missing or older than any Go source.
 stale() {
   [ ! -x ./caddy ] && return 0
-  [ -n "$(find . -name '*.go' -newer ./caddy -not -path './experiments/*' -print -quit)" ]
+  [ -n "$(find . -name '*.go' -newer ./caddy -not -path './lab/*' -print -quit)" ]
 }
 
 demo() {
@@ -65,12 +65,17 @@ MSG
   wait
 }
 
+# tests runs every module's tests: the plugin's (this directory) and the
+# lab's (lab/: simulator, experiments, bench, real engine; its own go.mod so
+# that the plugin's requires nothing the lab needs).
 tests() {
   need_go
   go vet ./...
+  (cd lab && go vet ./...)
   test -z "$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
   if stale; then build; fi
   go test -count=1 -timeout 20m ./...
+  (cd lab && go test -count=1 -timeout 10m ./...)
 }
 
 case "${1:-}" in

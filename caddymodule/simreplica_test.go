@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmroute/caddy-llmroute/engine"
+	"github.com/llmroute/caddy-llmroute/simengine"
 	"github.com/llmroute/caddy-llmroute/simreplica"
 )
 
@@ -20,7 +20,7 @@ import (
 func startSim(t *testing.T, name string) (*simreplica.Server, string) {
 	t.Helper()
 	cfg := simreplica.Config{Name: name, OutputTokens: 4, RestartDown: -1}
-	cfg.Engine = engine.DefaultConfig()
+	cfg.Engine = simengine.DefaultConfig()
 	cfg.Engine.Speed = 50
 	s, err := simreplica.New(cfg)
 	require.NoError(t, err)

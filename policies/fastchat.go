@@ -16,7 +16,7 @@ import (
 // (content arrays, tool calls, names, keys that differ from a field name
 // only by case, duplicate fields, escapes in keys, deep nesting) makes it
 // decline, and Parse falls back to the general path. It took Parse of a
-// 4 KiB chat body from ~42 us to ~3 us (bench/proposals/hot-path-results.md);
+// 4 KiB chat body from ~42 us to ~3 us (lab/bench/proposals/hot-path-results.md);
 // FuzzFastChat checks it against the general path.
 
 type fscan struct {

@@ -27,7 +27,7 @@ import "math"
 //     tail latency for traffic that shares nothing when one router
 //     decides, and cost hit rate when several do, because each then
 //     places a new prefix by its own view of the load
-//     (experiments/results/variants.json and residency.json).
+//     (lab/experiments/results/variants.json and residency.json).
 //  4. A request without keys goes to the least-loaded candidate, ties broken
 //     pseudo-randomly.
 //

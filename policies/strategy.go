@@ -10,7 +10,7 @@ const (
 	// DefaultBalanceFactor is the CHWBL balance factor c. HAProxy's
 	// hash-balance-factor 125 is 1.25; with the absolute slack and the
 	// second-choice cold path, 1.5 kept hot prefixes together longer at no
-	// cost in tail latency in the simulator (experiments/results/variants.json).
+	// cost in tail latency in the simulator (lab/experiments/results/variants.json).
 	DefaultBalanceFactor = 1.5
 	// DefaultLoadSlack is the absolute slack added to the CHWBL bound.
 	DefaultLoadSlack = 2

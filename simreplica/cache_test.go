@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/engine"
+	"github.com/llmroute/caddy-llmroute/simengine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -42,9 +42,9 @@ func TestRepeatedPromptHitsCacheAndIsFaster(t *testing.T) {
 	// Speed 2: an 8k-token cold prefill is 4 steps of ~133 ms / 2 = ~266 ms;
 	// a hit computes one 16-token block in ~5.5 ms. The best of a few runs
 	// of each keeps scheduler noise (race detector, busy CI) out.
-	r := startReplica(t, Config{Engine: engine.Config{Speed: 2}})
+	r := startReplica(t, Config{Engine: simengine.Config{Speed: 2}})
 	prompt := longText(3, 8000)
-	nTok := len(engine.Tokenize(prompt))
+	nTok := len(simengine.Tokenize(prompt))
 	require.Greater(t, nTok, 6000)
 
 	cold, cached := streamTTFT(t, r, prompt)

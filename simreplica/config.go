@@ -3,7 +3,7 @@ package simreplica
 import (
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/engine"
+	"github.com/llmroute/caddy-llmroute/simengine"
 )
 
 // Defaults of Config.
@@ -37,7 +37,7 @@ type Config struct {
 	// model_name metric label. Requests may name any model.
 	Model string
 	// Engine configures the engine model (blocks, limits, costs, speed).
-	Engine engine.Config
+	Engine simengine.Config
 	// OutputTokens is the natural answer length: after that many tokens
 	// the fake model stops with finish_reason "stop" (unless max_tokens
 	// comes first: "length"). X-Sim-Output-Tokens overrides it.

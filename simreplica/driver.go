@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/engine"
+	"github.com/llmroute/caddy-llmroute/simengine"
 )
 
 // maxLag is how far the driver may fall behind its schedule before it
@@ -17,7 +17,7 @@ const maxLag = 50 * time.Millisecond
 // subscriptions of their requests.
 type driver struct {
 	mu   sync.Mutex // guards eng and subs
-	eng  *engine.Engine
+	eng  *simengine.Engine
 	subs map[uint64]*subscription
 
 	wake chan struct{} // a Submit happened (capacity 1)
@@ -26,7 +26,7 @@ type driver struct {
 	once sync.Once
 }
 
-func newDriver(eng *engine.Engine) *driver {
+func newDriver(eng *simengine.Engine) *driver {
 	d := &driver{
 		eng:  eng,
 		subs: make(map[uint64]*subscription),
@@ -79,7 +79,7 @@ func (d *driver) run() {
 // deliver hands events to their subscriptions. The events of one request
 // in one step (a token and its Finished) are pushed together, so a reader
 // sees a last token and the finish at once.
-func (d *driver) deliver(events []engine.Event) {
+func (d *driver) deliver(events []simengine.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i := 0; i < len(events); {
@@ -90,7 +90,7 @@ func (d *driver) deliver(events []engine.Event) {
 		id := events[i].ID
 		if sub, ok := d.subs[id]; ok {
 			sub.push(events[i:j])
-			if events[j-1].Kind == engine.EventFinished {
+			if events[j-1].Kind == simengine.EventFinished {
 				delete(d.subs, id)
 			}
 		}
@@ -100,7 +100,7 @@ func (d *driver) deliver(events []engine.Event) {
 
 // submit queues r in the engine; its events go to the returned
 // subscription.
-func (d *driver) submit(r engine.Request) (*subscription, error) {
+func (d *driver) submit(r simengine.Request) (*subscription, error) {
 	sub := newSubscription()
 	d.mu.Lock()
 	err := d.eng.Submit(r)
@@ -148,7 +148,7 @@ func (d *driver) resetPrefixCache() int {
 }
 
 // stats returns the engine's stats.
-func (d *driver) stats() engine.Stats {
+func (d *driver) stats() simengine.Stats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.eng.Stats()
@@ -179,7 +179,7 @@ func (d *driver) close() {
 // subscription is one request's unbounded event queue.
 type subscription struct {
 	mu      sync.Mutex
-	events  []engine.Event
+	events  []simengine.Event
 	aborted bool
 	notify  chan struct{} // capacity 1: something to read
 }
@@ -195,7 +195,7 @@ func (s *subscription) signal() {
 	}
 }
 
-func (s *subscription) push(evs []engine.Event) {
+func (s *subscription) push(evs []simengine.Event) {
 	s.mu.Lock()
 	s.events = append(s.events, evs...)
 	s.mu.Unlock()
@@ -211,7 +211,7 @@ func (s *subscription) abort() {
 
 // take returns the queued events (emptying the queue) and whether the
 // request was aborted by a restart or shutdown.
-func (s *subscription) take() ([]engine.Event, bool) {
+func (s *subscription) take() ([]simengine.Event, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	evs := s.events

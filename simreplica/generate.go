@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/engine"
+	"github.com/llmroute/caddy-llmroute/simengine"
 )
 
 // errClosing: the server is closing.
@@ -123,10 +123,10 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, kind api
 // engineRequest turns a parsed body into an engine request: the prompt
 // tokens, max_tokens (default: the rest of the context for chat, 16 for
 // completions, as in vLLM) and the natural answer length.
-func (s *Server) engineRequest(r *http.Request, g *genRequest, kind apiKind, promptParam string) (engine.Request, error) {
+func (s *Server) engineRequest(r *http.Request, g *genRequest, kind apiKind, promptParam string) (simengine.Request, error) {
 	prompt := g.tokens()
 	if len(prompt) == 0 {
-		return engine.Request{}, bad(promptParam, "the prompt must not be empty")
+		return simengine.Request{}, bad(promptParam, "the prompt must not be empty")
 	}
 	maxLen := s.cfg.Engine.MaxModelLen
 	maxTokens := g.maxTokens
@@ -138,18 +138,18 @@ func (s *Server) engineRequest(r *http.Request, g *genRequest, kind apiKind, pro
 		}
 	}
 	if len(prompt)+maxTokens > maxLen {
-		return engine.Request{}, bad(promptParam, "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the %s, %d in the completion). Please reduce the length of the %s or completion.",
+		return simengine.Request{}, bad(promptParam, "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the %s, %d in the completion). Please reduce the length of the %s or completion.",
 			maxLen, len(prompt)+maxTokens, len(prompt), promptParam, maxTokens, promptParam)
 	}
 	output := s.cfg.OutputTokens
 	if v := r.Header.Get(HeaderOutputTokens); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			return engine.Request{}, bad("", "bad %s %q", HeaderOutputTokens, v)
+			return simengine.Request{}, bad("", "bad %s %q", HeaderOutputTokens, v)
 		}
 		output = n
 	}
-	return engine.Request{ID: s.nextID.Add(1), Prompt: prompt, MaxTokens: maxTokens, OutputTokens: output}, nil
+	return simengine.Request{ID: s.nextID.Add(1), Prompt: prompt, MaxTokens: maxTokens, OutputTokens: output}, nil
 }
 
 // generation is one request being answered.
@@ -168,7 +168,7 @@ type generation struct {
 
 // next waits for events. It returns them with aborted set when a restart
 // or shutdown ended the request, or err when the client went away.
-func (g *generation) next() (evs []engine.Event, aborted bool, err error) {
+func (g *generation) next() (evs []simengine.Event, aborted bool, err error) {
 	for {
 		evs, aborted = g.sub.take()
 		if len(evs) > 0 || aborted {
@@ -209,7 +209,7 @@ func (g *generation) abortedByServer(started bool) {
 
 // tokenText is the text of a generated token.
 func tokenText(id uint32) string {
-	s, _ := engine.TokenText(id)
+	s, _ := simengine.TokenText(id)
 	return s
 }
 
@@ -259,7 +259,7 @@ func (g *generation) stream() {
 		}
 		for i, ev := range evs {
 			switch ev.Kind {
-			case engine.EventFirstToken, engine.EventToken:
+			case simengine.EventFirstToken, simengine.EventToken:
 				if g.fault.CutAfter >= 0 && chunks >= g.fault.CutAfter {
 					g.cut()
 				}
@@ -280,7 +280,7 @@ func (g *generation) stream() {
 					}
 				}
 				var finish *string
-				if i+1 < len(evs) && evs[i+1].Kind == engine.EventFinished {
+				if i+1 < len(evs) && evs[i+1].Kind == simengine.EventFinished {
 					finish = strPtr(evs[i+1].Reason.String())
 				}
 				if err := g.writeChunk(g.chunk(tokenText(ev.Token), nil, finish)); err != nil {
@@ -301,7 +301,7 @@ func (g *generation) stream() {
 						return
 					}
 				}
-			case engine.EventFinished:
+			case simengine.EventFinished:
 				if g.req.includeUsage {
 					u := g.chunk("", nil, nil)
 					if g.req.kind == apiChat {
@@ -341,9 +341,9 @@ func (g *generation) respond() {
 		}
 		for _, ev := range evs {
 			switch ev.Kind {
-			case engine.EventFirstToken, engine.EventToken:
+			case simengine.EventFirstToken, simengine.EventToken:
 				text.WriteString(tokenText(ev.Token))
-			case engine.EventFinished:
+			case simengine.EventFinished:
 				g.finish(text.String(), ev)
 				return
 			}
@@ -357,7 +357,7 @@ func (g *generation) respond() {
 
 // finish writes the non-streaming response for a finished request,
 // applying the slow and cut-after faults.
-func (g *generation) finish(text string, ev engine.Event) {
+func (g *generation) finish(text string, ev simengine.Event) {
 	if g.fault.Slow > 0 && ev.Usage.CompletionTokens > 1 {
 		if err := g.s.sleep(g.ctx, g.fault.Slow*time.Duration(ev.Usage.CompletionTokens-1)); err != nil {
 			g.s.counts.inc(cntAborted)

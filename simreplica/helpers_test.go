@@ -14,15 +14,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/engine"
+	"github.com/llmroute/caddy-llmroute/simengine"
 	"github.com/stretchr/testify/require"
 )
 
 // engineConfig shortens engine.Config in tests.
-type engineConfig = engine.Config
+type engineConfig = simengine.Config
 
 // testEngine is a fast engine: 20x the modelled GPU, so a step is ~0.5 ms.
-func testEngine() engine.Config { return engine.Config{NumBlocks: 512, Speed: 20} }
+func testEngine() simengine.Config { return simengine.Config{NumBlocks: 512, Speed: 20} }
 
 // replica is a Server serving on a 127.0.0.1 listener, with its own client.
 type replica struct {
@@ -37,7 +37,7 @@ type replica struct {
 // startReplica starts a server on 127.0.0.1:0; the cleanup closes it.
 func startReplica(t *testing.T, cfg Config) *replica {
 	t.Helper()
-	if cfg.Engine == (engine.Config{}) {
+	if cfg.Engine == (simengine.Config{}) {
 		cfg.Engine = testEngine()
 	}
 	if cfg.OutputTokens == 0 {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/engine"
+	"github.com/llmroute/caddy-llmroute/simengine"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,7 +36,7 @@ func startLongStream(t *testing.T, r *replica, ctx context.Context) (*http.Respo
 }
 
 func TestClientDisconnectCancelsSequence(t *testing.T) {
-	r := startReplica(t, Config{Engine: engine.Config{NumBlocks: 256, Speed: 1}})
+	r := startReplica(t, Config{Engine: simengine.Config{NumBlocks: 256, Speed: 1}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	resp, _ := startLongStream(t, r, ctx)
@@ -57,7 +57,7 @@ func TestClientDisconnectCancelsSequence(t *testing.T) {
 }
 
 func TestRestartEndpoint(t *testing.T) {
-	r := startReplica(t, Config{Engine: engine.Config{NumBlocks: 256, Speed: 1}})
+	r := startReplica(t, Config{Engine: simengine.Config{NumBlocks: 256, Speed: 1}})
 	prompt := longText(8, 200)
 	resp, err := r.post(t, context.Background(), pathCompletions, map[string]any{"model": "m", "prompt": prompt, "max_tokens": 1})
 	require.NoError(t, err)
@@ -102,7 +102,7 @@ func TestCloseAbortsInFlightAndLeaksNoGoroutines(t *testing.T) {
 	runtime.GC()
 	base := runtime.NumGoroutine()
 
-	r := startReplica(t, Config{Engine: engine.Config{NumBlocks: 256, Speed: 1}})
+	r := startReplica(t, Config{Engine: simengine.Config{NumBlocks: 256, Speed: 1}})
 	// Some finished traffic, a cancelled stall and a cut stream...
 	resp, err := r.post(t, context.Background(), pathChat, chatBody("a", true, nil))
 	require.NoError(t, err)

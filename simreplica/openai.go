@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/llmroute/caddy-llmroute/engine"
+	"github.com/llmroute/caddy-llmroute/simengine"
 )
 
 // apiKind says which OpenAI API a request is for.
@@ -208,7 +208,7 @@ func (g *genRequest) tokens() []uint32 {
 	if g.promptTokens != nil {
 		return g.promptTokens
 	}
-	return engine.Tokenize(g.prompt)
+	return simengine.Tokenize(g.prompt)
 }
 
 // apiUsage is the OpenAI usage object.
@@ -221,7 +221,7 @@ type apiUsage struct {
 	} `json:"prompt_tokens_details"`
 }
 
-func toAPIUsage(u engine.Usage) *apiUsage {
+func toAPIUsage(u simengine.Usage) *apiUsage {
 	a := &apiUsage{
 		PromptTokens:     u.PromptTokens,
 		CompletionTokens: u.CompletionTokens,

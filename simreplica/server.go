@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/engine"
+	"github.com/llmroute/caddy-llmroute/simengine"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -62,7 +62,7 @@ type Server struct {
 // engine configuration or global fault spec.
 func New(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
-	eng, err := engine.New(cfg.Engine)
+	eng, err := simengine.New(cfg.Engine)
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmroute/caddy-llmroute/engine"
+	"github.com/llmroute/caddy-llmroute/simengine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -256,7 +256,7 @@ func TestBadRequests(t *testing.T) {
 }
 
 // engineWithLen is the test engine with a max model length.
-func engineWithLen(n int) engine.Config {
+func engineWithLen(n int) simengine.Config {
 	c := testEngine()
 	c.MaxModelLen = n
 	return c

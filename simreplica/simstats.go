@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/engine"
+	"github.com/llmroute/caddy-llmroute/simengine"
 )
 
 // Stats is what GET /sim/stats returns: the server's request counters and
@@ -63,7 +63,7 @@ type EngineStats struct {
 	BusySeconds        float64 `json:"busy_seconds"`
 }
 
-func toEngineStats(s engine.Stats) EngineStats {
+func toEngineStats(s simengine.Stats) EngineStats {
 	return EngineStats{
 		Waiting:            s.Waiting,
 		Running:            s.Running,

@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/engine"
+	"github.com/llmroute/caddy-llmroute/simengine"
 	"github.com/llmroute/caddy-llmroute/simreplica"
 )
 
@@ -40,7 +40,7 @@ func main() {
 func run(ctx context.Context, args []string, logw io.Writer, ready chan<- string) error {
 	fs := flag.NewFlagSet("simreplica", flag.ContinueOnError)
 	fs.SetOutput(logw)
-	d := engine.DefaultConfig()
+	d := simengine.DefaultConfig()
 	var (
 		addr          = fs.String("addr", "127.0.0.1:9001", "listen address")
 		name          = fs.String("name", "", "replica name for the X-Sim-Replica header (default sim-PORT)")
@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- string
 	s, err := simreplica.New(simreplica.Config{
 		Name:  *name,
 		Model: *model,
-		Engine: engine.Config{
+		Engine: simengine.Config{
 			NumBlocks:           *blocks,
 			BlockSize:           *blockSize,
 			MaxNumSeqs:          *maxSeqs,

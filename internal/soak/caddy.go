@@ -206,21 +206,22 @@ func FreeAddr() (string, error) {
 	return addr, ln.Close()
 }
 
-// ModuleRoot returns the directory holding go.mod, from the working
-// directory up: the tools that build or find ./caddy run from the
-// repository.
-func ModuleRoot() (string, error) {
+// RepoRoot returns the repository root: the directory of the plugin's
+// go.mod (module github.com/llmroute/caddy-llmroute), from the working
+// directory up, so that the tools that build or find ./caddy work from the
+// repository and from its nested lab module alike.
+func RepoRoot() (string, error) {
 	d, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && bytes.HasPrefix(b, []byte("module github.com/llmroute/caddy-llmroute\n")) {
 			return d, nil
 		}
 		p := filepath.Dir(d)
 		if p == d {
-			return "", errors.New("go.mod not found above the working directory: run from the repository")
+			return "", errors.New("the llmroute repository's go.mod is not above the working directory: run from the repository")
 		}
 		d = p
 	}

@@ -1,0 +1,121 @@
+// Package stateapi holds the shapes of GET /llm_route/state on Caddy's
+// admin address: what the router holds per replica and per live policy. It
+// imports nothing of Caddy, so that tests, the soak, the bench and the
+// real-engine client read the state with the types the module writes,
+// without registering Caddy modules in their binaries.
+package stateapi
+
+import (
+	"strconv"
+	"time"
+)
+
+// Path is the admin API path of the state.
+const Path = "/llm_route/state"
+
+// State is the body of GET /llm_route/state.
+type State struct {
+	// Policies are the live llm policies (one per reverse_proxy using it).
+	Policies      []Policy  `json:"policies"`
+	Replicas      []Replica `json:"replicas"`
+	TotalInFlight int       `json:"total_in_flight"`
+	Queued        int       `json:"queued"`
+}
+
+// Replica is one replica's entry.
+type Replica struct {
+	Addr       string     `json:"addr"`
+	InFlight   int        `json:"in_flight"`
+	Failures   int        `json:"consecutive_failures"`
+	Cooling    bool       `json:"cooling"`
+	CoolUntil  *time.Time `json:"cooldown_until,omitempty"`
+	CoolReason string     `json:"cooldown_reason,omitempty"`
+	NeedProbe  bool       `json:"needs_probe"`
+	Probing    bool       `json:"probe_in_flight"`
+	// Draining is true for a replica that left the upstream set while
+	// requests were still in flight on it; it stays listed until they end.
+	Draining      bool     `json:"draining,omitempty"`
+	IndexEntries  int      `json:"index_entries"`
+	IndexCapacity int      `json:"index_capacity"`
+	Engine        *Engine  `json:"engine,omitempty"`
+	Feedback      Feedback `json:"feedback"`
+}
+
+// Engine is the last scrape of a replica's own metrics.
+type Engine struct {
+	Engine     string  `json:"engine,omitempty"`
+	AgeSeconds float64 `json:"age_seconds"`
+	Stale      bool    `json:"stale"`
+	Waiting    float64 `json:"waiting"`
+	Running    float64 `json:"running"`
+	KVUsage    float64 `json:"kv_usage"`
+	NumBlocks  int     `json:"num_gpu_blocks,omitempty"`
+	Queries    float64 `json:"prefix_cache_queries"`
+	Hits       float64 `json:"prefix_cache_hits"`
+	BlockSize  int     `json:"block_size,omitempty"`
+	LastError  string  `json:"last_error,omitempty"`
+}
+
+// Feedback is how the router's predictions fared against the cached
+// tokens the engine reported (policies.Belief).
+type Feedback struct {
+	Checks     int     `json:"checks"`
+	Hits       int     `json:"hits"`
+	Misses     int     `json:"misses"`
+	Cold       int     `json:"cold"`
+	Concurrent int     `json:"concurrent"`
+	Precision  float64 `json:"precision"`
+	Purges     int     `json:"purges"`
+	LastPurge  string  `json:"last_purge_reason,omitempty"`
+	MaxIndex   int     `json:"max_index_capacity,omitempty"`
+	FromEngine bool    `json:"capacity_from_engine"`
+}
+
+// String helps tests print a state.
+func (f Feedback) String() string {
+	return "checks=" + strconv.Itoa(f.Checks) + " hits=" + strconv.Itoa(f.Hits) + " misses=" + strconv.Itoa(f.Misses)
+}
+
+// Policy is one live `lb_policy llm` with its effective settings
+// (defaults filled in), so that a change through the admin API can be
+// checked.
+type Policy struct {
+	Strategy          string        `json:"strategy"`
+	MaxInFlight       int           `json:"max_in_flight"`
+	QueueSize         int           `json:"queue_size"`
+	QueueTimeout      time.Duration `json:"queue_timeout"`
+	Queued            int64         `json:"queued"`
+	BalanceFactor     float64       `json:"balance_factor"`
+	ColdBalanceFactor float64       `json:"cold_balance_factor"`
+	LoadSlack         int           `json:"load_slack"`
+	ColdChoices       int           `json:"cold_choices"`
+	SlowStart         time.Duration `json:"slow_start,omitempty"`
+	CooldownBase      time.Duration `json:"cooldown_base"`
+	CooldownMax       time.Duration `json:"cooldown_max"`
+	DialTimeoutFails  int           `json:"dial_timeout_fails"`
+	EngineMetrics     bool          `json:"engine_metrics"`
+}
+
+// Replica returns addr's entry, if any.
+func (s State) Replica(addr string) (Replica, bool) {
+	for _, r := range s.Replicas {
+		if r.Addr == addr {
+			return r, true
+		}
+	}
+	return Replica{}, false
+}
+
+// Idle reports whether no reservation is held, no probe is out and nothing
+// is queued: what every failure test asserts after its case.
+func (s State) Idle() bool {
+	if s.TotalInFlight != 0 || s.Queued != 0 {
+		return false
+	}
+	for _, r := range s.Replicas {
+		if r.InFlight != 0 || r.Probing {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,162 @@
+// Command llmexp runs llmroute's policy experiments and writes their
+// records, summary and plots (see docs/experiments.md). Run it from lab/:
+//
+//	go run ./cmd/llmexp all            # everything, ~12 min on 2 cores
+//	go run ./cmd/llmexp -quick all     # scaled down, under a minute
+//	go run ./cmd/llmexp standard       # the standard point: summary.json, summary.md, plots
+//	go run ./cmd/llmexp shared_prefix  # one workload at the standard point
+//	go run ./cmd/llmexp sweep          # KV sweep, load sweep, scale run
+//	go run ./cmd/llmexp residency      # the cache-residency analysis
+//	go run ./cmd/llmexp variants       # candidate changes to prefix_load
+//	go run ./cmd/llmexp e2e            # caddy + simulated replicas over loopback
+//	go run ./cmd/llmexp plots          # redraw plots and summary.md from the records
+//
+// Results go under experiments/results (experiments/results-quick with
+// -quick) unless -out says otherwise. Progress goes to stderr.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/llmroute/caddy-llmroute/lab/experiments/e2e"
+	"github.com/llmroute/caddy-llmroute/lab/experiments/suite"
+	"github.com/llmroute/caddy-llmroute/lab/experiments/workload"
+)
+
+const usage = `usage: llmexp [flags] <command>
+
+commands:
+  all                 standard point, sweeps, residency analysis, then e2e (skipped if ./caddy is missing)
+  standard            the standard point for every workload: standard.json, summary.json, summary.md, plots
+  shared_prefix | multi_turn | no_shared_prefix | skewed
+                      one workload at the standard point: workload_<name>.json and its plots
+  sweep               KV-capacity sweep, load sweep and replica scale run
+  kv_sweep | load_sweep | scale
+                      one of those
+  residency           the cache-residency analysis: residency.json, residency.md, plots
+  variants            candidate changes to prefix_load at the standard point: variants.json, variants.md
+  e2e                 real caddy + simulated replicas over loopback: e2e.json
+  plots               redraw every plot and summary.md from the records
+
+flags:
+`
+
+func main() {
+	if err := run(os.Args[1:], os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "llmexp:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, logw io.Writer) error {
+	fs := flag.NewFlagSet("llmexp", flag.ContinueOnError)
+	fs.SetOutput(logw)
+	fs.Usage = func() { fmt.Fprint(logw, usage); fs.PrintDefaults() }
+	var (
+		quick = fs.Bool("quick", false, "scaled-down run (fewer requests and points) for a quick check")
+		seed  = fs.Uint64("seed", 1, "seed of every workload and simulation")
+		jobs  = fs.Int("j", 2, "simulations run at once")
+		out   = fs.String("out", "", "results directory (default experiments/results, or experiments/results-quick with -quick)")
+		caddy = fs.String("caddy", "../caddy", "caddy binary for e2e (built by ./xcaddy.sh build at the repository root)")
+		e2eS  = fs.Duration("e2e-duration", 0, "e2e: arrivals per policy for this long (default 12s, 5s with -quick)")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return fmt.Errorf("expected one command, got %q", fs.Args())
+	}
+	dir := *out
+	if dir == "" {
+		dir = "experiments/results"
+		if *quick {
+			dir = "experiments/results-quick"
+		}
+	}
+	o := suite.Options{Quick: *quick, Seed: *seed, Jobs: *jobs, Out: dir, Progress: logw}
+	start := time.Now()
+	defer func() { fmt.Fprintf(logw, "llmexp: done in %s\n", time.Since(start).Round(time.Second)) }()
+	e2eRun := func() error {
+		cfg := e2e.Config{Caddy: *caddy, Quick: *quick, Seed: *seed, Duration: *e2eS, Progress: logw, Commit: suite.GitCommit()}
+		rec, err := e2e.Run(cfg)
+		if err != nil {
+			return err
+		}
+		return e2e.Write(filepath.Join(dir, "e2e.json"), filepath.Join(dir, "e2e.md"), rec)
+	}
+	switch cmd := fs.Arg(0); {
+	case cmd == "all":
+		if err := suite.All(o); err != nil {
+			return err
+		}
+		if _, err := os.Stat(*caddy); err != nil {
+			fmt.Fprintf(logw, "llmexp: e2e skipped: %s not found (build it with ./xcaddy.sh build)\n", *caddy)
+			return nil
+		}
+		return e2eRun()
+	case cmd == "standard":
+		rec, err := suite.RunStandard(o, nil)
+		if err != nil {
+			return err
+		}
+		return suite.WriteStandard(dir, rec, nil)
+	case slices.Contains(workload.Kinds, cmd):
+		rec, err := suite.RunStandard(o, []string{cmd})
+		if err != nil {
+			return err
+		}
+		return suite.WriteWorkload(dir, cmd, rec)
+	case cmd == "sweep":
+		return suite.Sweeps(o)
+	case cmd == "kv_sweep":
+		rec, err := suite.RunKVSweep(o)
+		if err != nil {
+			return err
+		}
+		return suite.WriteSweep(dir, rec)
+	case cmd == "load_sweep":
+		rec, err := suite.RunLoadSweep(o)
+		if err != nil {
+			return err
+		}
+		return suite.WriteSweep(dir, rec)
+	case cmd == "scale":
+		rec, err := suite.RunScale(o)
+		if err != nil {
+			return err
+		}
+		return suite.WriteSweep(dir, rec)
+	case cmd == "variants":
+		rec, err := suite.RunVariants(o)
+		if err != nil {
+			return err
+		}
+		return suite.WriteVariants(dir, rec)
+	case cmd == "residency":
+		rec, err := suite.RunResidency(o)
+		if err != nil {
+			return err
+		}
+		return suite.WriteResidency(dir, rec)
+	case cmd == "e2e":
+		return e2eRun()
+	case cmd == "plots":
+		return suite.Replot(dir)
+	default:
+		fs.Usage()
+		return fmt.Errorf("unknown command %q (valid: all, standard, %s, sweep, kv_sweep, load_sweep, scale, residency, variants, e2e, plots)",
+			cmd, strings.Join(workload.Kinds, ", "))
+	}
+}

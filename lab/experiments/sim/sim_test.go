@@ -1,0 +1,247 @@
+package sim
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/llmroute/caddy-llmroute/lab/experiments/workload"
+	"github.com/llmroute/caddy-llmroute/policies"
+	"github.com/llmroute/caddy-llmroute/simengine"
+)
+
+// small workloads keep the whole package's tests to a second or two.
+func sharedPrefix(t *testing.T, n int, rate float64) *workload.Workload {
+	t.Helper()
+	w, err := workload.Generate(workload.Params{Kind: workload.SharedPrefix, Requests: n, Rate: rate, Groups: 16,
+		SystemTokens: 512, QuestionTokens: 32, OutputTokens: 16, Seed: 3, Parse: policies.ParseConfig{Deployment: "t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func multiTurn(t *testing.T, n int) *workload.Workload {
+	t.Helper()
+	w, err := workload.Generate(workload.Params{Kind: workload.MultiTurn, Requests: n, Rate: 80, Groups: 4, SystemTokens: 128,
+		TurnsMin: 2, TurnsMax: 5, UserMin: 16, UserMax: 64, OutputMin: 8, OutputMax: 32, Think: 500 * time.Millisecond, Seed: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func config(policy string, kv int) Config {
+	ec := simengine.DefaultConfig()
+	ec.NumBlocks, ec.MaxModelLen = kv, 0
+	return Config{Policy: policy, Replicas: 4, Seed: 9, Engine: ec, Cap: 16, EngineMetrics: true, Feedback: true}
+}
+
+func mustRun(t *testing.T, cfg Config, w *workload.Workload) *Result {
+	t.Helper()
+	r, err := Run(cfg, w)
+	if err != nil {
+		t.Fatalf("%s: %v", cfg.Policy, err)
+	}
+	return r
+}
+
+func TestDeterministic(t *testing.T) {
+	for _, mk := range []func() *workload.Workload{
+		func() *workload.Workload { return sharedPrefix(t, 400, 40) },
+		func() *workload.Workload { return multiTurn(t, 300) },
+	} {
+		for _, p := range []string{"prefix_load", "random", "oracle"} {
+			cfg := config(p, 256)
+			cfg.Routers = 2
+			cfg.Restarts = []Restart{{At: 3 * time.Second, Replica: 1}}
+			// Fresh workloads: nothing memoised may leak between runs.
+			a, _ := json.Marshal(mustRun(t, cfg, mk()))
+			b, _ := json.Marshal(mustRun(t, cfg, mk()))
+			if string(a) != string(b) {
+				t.Fatalf("%s: two runs with the same seed differ:\n%s\n%s", p, a, b)
+			}
+			// And the memoised workload gives the same result again.
+			w := mk()
+			c, _ := json.Marshal(mustRun(t, cfg, w))
+			d, _ := json.Marshal(mustRun(t, cfg, w))
+			if string(a) != string(c) || string(c) != string(d) {
+				t.Fatalf("%s: a reused workload changes the result", p)
+			}
+		}
+	}
+}
+
+func TestConservation(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		w        *workload.Workload
+		restarts []Restart
+	}{
+		{"shared_prefix", sharedPrefix(t, 500, 60), nil},
+		{"shared_prefix_restarts", sharedPrefix(t, 500, 60), []Restart{{At: 2 * time.Second, Replica: 0}, {At: 4 * time.Second, Replica: 2}}},
+		{"multi_turn", multiTurn(t, 300), nil},
+		{"multi_turn_restarts", multiTurn(t, 300), []Restart{{At: 2 * time.Second, Replica: 1}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config("prefix_load", 256)
+			cfg.Restarts = tc.restarts
+			cfg.Cap = 4 // force the router queue
+			r := mustRun(t, cfg, tc.w)
+			if r.Completed+r.Errors != r.Requests {
+				t.Fatalf("completed %d + errors %d != issued %d", r.Completed, r.Errors, r.Requests)
+			}
+			if r.Requests+r.Abandoned != tc.w.Requests() {
+				t.Fatalf("issued %d + abandoned %d != workload's %d", r.Requests, r.Abandoned, tc.w.Requests())
+			}
+			if tc.restarts == nil && (r.Errors != 0 || r.Abandoned != 0) {
+				t.Fatalf("no restarts but %d errors, %d abandoned", r.Errors, r.Abandoned)
+			}
+			if tc.restarts != nil && r.Restarts != len(tc.restarts) {
+				t.Fatalf("%d restarts happened, want %d", r.Restarts, len(tc.restarts))
+			}
+			if r.Queued == 0 {
+				t.Fatalf("cap 4 never queued a request")
+			}
+			sum := 0
+			for _, d := range r.Dispatched {
+				sum += d
+			}
+			if sum != r.Requests {
+				t.Fatalf("dispatched %d != issued %d", sum, r.Requests)
+			}
+			if r.TTFT.N != r.Completed || r.E2E.N != r.Completed || r.Residency.Checked != r.Completed {
+				t.Fatalf("samples %d/%d/%d for %d completed", r.TTFT.N, r.E2E.N, r.Residency.Checked, r.Completed)
+			}
+			if tc.restarts == nil {
+				// Every issued request is memoised: tokens must add up.
+				var prompt, out int64
+				for s := range tc.w.Sessions {
+					for k := range tc.w.Sessions[s].Turns {
+						req, err := tc.w.Request(s, k)
+						if err != nil {
+							t.Fatal(err)
+						}
+						prompt += int64(req.PromptTokens)
+						out += int64(req.OutputTokens)
+					}
+				}
+				if r.PromptTokens != prompt || r.OutputTokens != out {
+					t.Fatalf("tokens: prompt %d want %d, output %d want %d", r.PromptTokens, prompt, r.OutputTokens, out)
+				}
+			}
+			if r.CachedTokens > r.PromptTokens || r.TTFT.P50 <= 0 || r.TTFT.P50 > r.E2E.P50 {
+				t.Fatalf("implausible figures: %+v", r)
+			}
+		})
+	}
+}
+
+func TestOracleHitsMost(t *testing.T) {
+	// Caches that hold about half of the 16 prefixes per replica (the
+	// regime where routing matters), at a load low enough that the load
+	// bound, which the oracle shares with prefix_load, seldom binds: the
+	// oracle is the upper bound of what the hint can give under that
+	// bound, and prefix_affinity, which has none, could otherwise keep a
+	// group together where the oracle must split it.
+	// (At higher load and smaller caches the greedy oracle can fall below
+	// prefix_load: see docs/experiments.md.)
+	w := sharedPrefix(t, 1200, 4)
+	or := mustRun(t, config("oracle", 192), w)
+	for _, p := range Policies {
+		if p == "oracle" {
+			continue
+		}
+		r := mustRun(t, config(p, 192), w)
+		// The oracle is greedy (it takes the longest true hit now, not the
+		// placement that maximises later hits), so a policy may tie it
+		// within noise; 0.005 is far below any gap that would mean the
+		// hint beats the truth.
+		if r.TokenHitRate > or.TokenHitRate+0.005 {
+			t.Errorf("%s hit rate %.4f above the oracle's %.4f", p, r.TokenHitRate, or.TokenHitRate)
+		}
+	}
+	rr := mustRun(t, config("round_robin", 192), w)
+	if or.TokenHitRate < rr.TokenHitRate+0.2 {
+		t.Errorf("oracle %.3f barely above round_robin %.3f: not the regime this test means", or.TokenHitRate, rr.TokenHitRate)
+	}
+}
+
+func TestFeedbackPurgesAfterRestart(t *testing.T) {
+	// Without engine metrics only the misses can reveal the restart.
+	w := sharedPrefix(t, 600, 60)
+	cfg := config("prefix_load", 1024)
+	cfg.EngineMetrics = false
+	cfg.Restarts = []Restart{{At: 3 * time.Second, Replica: 0}, {At: 3 * time.Second, Replica: 1},
+		{At: 3 * time.Second, Replica: 2}, {At: 3 * time.Second, Replica: 3}}
+	r := mustRun(t, cfg, w)
+	if r.Residency.PurgesMisses == 0 {
+		t.Fatalf("no purge after every engine restarted: %+v", r.Residency)
+	}
+	cfg.EngineMetrics, cfg.Feedback = true, false
+	r = mustRun(t, cfg, w)
+	if r.Residency.PurgesCounters == 0 {
+		t.Fatalf("engine counters went back to zero but nothing was purged: %+v", r.Residency)
+	}
+}
+
+func TestBoundedHashRespectsBound(t *testing.T) {
+	b := &boundedHash{factor: 1.25}
+	view := make([]policies.Replica, 4)
+	for i := range view {
+		view[i] = policies.Replica{Addr: string(rune('a' + i)), EngineWaiting: -1, EngineRunning: -1, KVUsage: -1}
+	}
+	f := &flight{req: &workload.Request{HashKey: 42}}
+	home := b.pick(f, view)
+	// Load the home up to the bound: ceil(1.25*(total+1)/4).
+	view[home].InFlight = 3
+	view[(home+1)%4].InFlight = 1
+	// total 4: bound ceil(1.25*5/4) = 2, so the home (3+1 > 2) is skipped.
+	if got := b.pick(f, view); got == home {
+		t.Fatalf("picked the overloaded home %d", got)
+	}
+	// total 3 (1+1+1+0): bound ceil(1.25*4/4) = 2, so the home (1+1) fits.
+	for i := range view {
+		view[i].InFlight = 1
+	}
+	view[(home+1)%4].InFlight = 0
+	if got := b.pick(f, view); got != home {
+		t.Fatalf("home within bound not picked: %d, want %d", got, home)
+	}
+}
+
+// TestAgreement measures how often several routers first send a leading
+// key to the same replica: always with pure rendezvous hashing, far from
+// always at random, and not at all with one router.
+func TestAgreement(t *testing.T) {
+	w := func() *workload.Workload {
+		w, err := workload.Generate(workload.Params{Kind: workload.SharedPrefix, Requests: 600, Rate: 40, Groups: 64,
+			SystemTokens: 256, QuestionTokens: 16, OutputTokens: 8, Seed: 5, Parse: policies.ParseConfig{Deployment: "t"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	run := func(policy string, routers int) *Result {
+		cfg := config(policy, 1024)
+		cfg.Routers = routers
+		return mustRun(t, cfg, w())
+	}
+	one := run("prefix_affinity", 1)
+	if one.AgreementKeys != 0 || one.Agreement != 0 {
+		t.Errorf("one router: agreement %v over %d keys, want none", one.Agreement, one.AgreementKeys)
+	}
+	hash := run("prefix_affinity", 3)
+	if hash.AgreementKeys < 32 || hash.Agreement != 1 {
+		t.Errorf("rendezvous: agreement %v over %d keys, want 1 over most of 64", hash.Agreement, hash.AgreementKeys)
+	}
+	rnd := run("random", 3)
+	if rnd.AgreementKeys != hash.AgreementKeys || rnd.Agreement > 0.5 {
+		t.Errorf("random: agreement %v over %d keys, want < 0.5 over %d", rnd.Agreement, rnd.AgreementKeys, hash.AgreementKeys)
+	}
+	pl := run("prefix_load", 3)
+	t.Logf("agreement over %d keys: prefix_affinity %.3f, random %.3f, prefix_load %.3f", hash.AgreementKeys, hash.Agreement, rnd.Agreement, pl.Agreement)
+	if pl.Agreement < 0.95 {
+		t.Errorf("prefix_load at low load: agreement %v, want >= 0.95", pl.Agreement)
+	}
+}

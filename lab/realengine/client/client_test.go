@@ -1,0 +1,111 @@
+package client
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestPlanShapes(t *testing.T) {
+	c := WorkloadConfig{Name: SharedPrefix, Groups: 4, PerGroup: 3, SystemChars: 300, Rate: 2, Seed: 5}
+	a, err := Plan(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Plan(c)
+	if len(a) != 12 {
+		t.Fatalf("%d requests", len(a))
+	}
+	perGroup := map[int]int{}
+	systems := map[int]string{}
+	for i, r := range a {
+		if r.Index != i || r.System != b[i].System || r.User != b[i].User || r.At != b[i].At {
+			t.Fatal("plan is not deterministic")
+		}
+		if i > 0 && r.At < a[i-1].At {
+			t.Fatal("arrivals not sorted")
+		}
+		if len(r.System) != 300 {
+			t.Fatalf("system prompt is %d chars", len(r.System))
+		}
+		perGroup[r.Group]++
+		if s, ok := systems[r.Group]; ok && s != r.System {
+			t.Fatal("a group has two system prompts")
+		}
+		systems[r.Group] = r.System
+	}
+	for g := 0; g < 4; g++ {
+		if perGroup[g] != 3 {
+			t.Fatalf("group %d has %d requests", g, perGroup[g])
+		}
+	}
+	// Different groups differ within their first four characters, so they
+	// share no 16-token block.
+	for g := 0; g < 4; g++ {
+		for h := g + 1; h < 4; h++ {
+			if systems[g][:4] == systems[h][:4] {
+				t.Fatalf("groups %d and %d share a 4-character prefix", g, h)
+			}
+		}
+	}
+
+	c.Name = NoSharedPrefix
+	u, _ := Plan(c)
+	seen := map[string]bool{}
+	for _, r := range u {
+		if r.Group != -1 || seen[r.System[:4]] {
+			t.Fatalf("no_shared_prefix request shares a system prompt prefix: group %d", r.Group)
+		}
+		seen[r.System[:4]] = true
+		if !strings.HasSuffix(r.User, "?") {
+			t.Fatal("question without question mark")
+		}
+	}
+	if _, err := Plan(WorkloadConfig{Name: "nope", Groups: 1, PerGroup: 1, SystemChars: 1, Rate: 1}); err == nil {
+		t.Fatal("unknown workload accepted")
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	xs := []float64{1, 2, 3, 4, 5}
+	if Percentile(xs, .5) != 3 || Percentile(xs, 0) != 1 || Percentile(xs, 1) != 5 || Percentile(xs, .25) != 2 {
+		t.Fatal("percentiles wrong")
+	}
+	if !math.IsNaN(Percentile(nil, .5)) {
+		t.Fatal("empty percentile not NaN")
+	}
+}
+
+func TestClassifyAndSummarize(t *testing.T) {
+	ok := func(i, g int, at float64, rep string, cached, busy int) Result {
+		return Result{Index: i, Group: g, SentAtMs: at, E2EMs: 100, Replica: rep, Complete: true, Status: 200,
+			TTFTMs: 50, PromptTokens: 100, CachedTokens: cached, BusyReuse: busy}
+	}
+	rs := []Result{
+		ok(0, 0, 0, "a", 0, 0),      // first
+		ok(1, 0, 50, "a", 0, 0),     // concurrent: #0 still running on a
+		ok(2, 0, 500, "a", 90, 0),   // hit
+		ok(3, 0, 700, "b", 0, 0),    // routed elsewhere
+		ok(4, 0, 900, "a", 0, 0),    // evicted
+		ok(5, 1, 1000, "b", 0, 0),   // first of group 1
+		ok(6, 1, 1010, "b", 0, 100), // concurrent (a busy slot held it)
+		{Index: 7, Group: 1, Status: 503, TTFTMs: -1},
+	}
+	got := Classify(rs)
+	want := map[string]int{"first": 2, "concurrent": 2, "hit": 1, "routed_elsewhere": 1, "evicted": 1}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("Classify = %v, want %v", got, want)
+		}
+	}
+	s := Summarize(rs)
+	if s.Requests != 8 || s.Completed != 7 || s.Incomplete != 1 || s.Non200 != 1 {
+		t.Fatalf("counts wrong: %+v", s)
+	}
+	if math.Abs(s.CachedTokenRate-90.0/700) > 1e-9 {
+		t.Fatalf("cached_token_rate %v", s.CachedTokenRate)
+	}
+	if s.GroupHomes["a"] != 1 || s.GroupHomes["b"] != 1 || s.GroupSplit != 1.5 {
+		t.Fatalf("group homes %v split %v", s.GroupHomes, s.GroupSplit)
+	}
+}
