@@ -1,103 +1,189 @@
 package caddymodule
 
 import (
-	"net/http"
-	"strconv"
-	"strings"
+	"sync"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
+	"github.com/llmroute/caddy-llmroute/policies"
 )
 
-// Placeholders reverse_proxy sets after each upstream round trip; Select
-// reads them on a retry to learn how the previous attempt ended.
-const (
-	phStatus     = "http.reverse_proxy.status_code"
-	phRetryAfter = "http.reverse_proxy.header.Retry-After"
-)
+// attempt is one try of a request on one replica, from the in-flight slot
+// it reserves to the outcome it ends with. The policy creates it (reserve,
+// then place), the routing context owns it while it runs, and end gives
+// the slot back exactly once, however many paths get there: a retry, the
+// handler's deferred settlement, a reload.
+type attempt struct {
+	rep *replicaState
+	// rules are the settings of the policy that made the attempt, which
+	// judge its end even when a reload has replaced that policy since.
+	rules *attemptRules
+	// started is when the slot was taken: the attempt's dial (if any)
+	// began after it.
+	started time.Time
+	once    sync.Once
 
-// previousAttempt classifies the attempt that just failed before reaching
-// the client. A status placeholder means the replica answered and a
-// retry_match rule rejected the answer (for example 429 or 503); no status
-// means the round trip itself failed: by dial timeout ("dial_timeout",
-// which cools the replica only when it repeats) or otherwise (refused,
-// reset, no headers in time: "transport").
-func previousAttempt(r *http.Request, failStatus map[int]bool) (outcome, string, time.Duration) {
-	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	var v any
-	ok := false
-	if repl != nil {
-		v, ok = repl.Get(phStatus)
+	// Guarded by rep.mu:
+	//
+	// place is what the replica's belief said when the request was sent
+	// there; place.Head is counted pending until the first byte.
+	place policies.Placement
+	// probe is true while this attempt is the replica's probe and has not
+	// been judged yet.
+	probe bool
+	// prefilling is true until the first byte reached the client.
+	prefilling bool
+	// released is set when end ran.
+	released bool
+}
+
+// attemptRules are one policy's settings that its attempts carry to their
+// end.
+type attemptRules struct {
+	cd cooldownConfig
+	// failStatus lists the statuses that count as a replica failure.
+	failStatus map[int]bool
+	// strategy names the strategy that decided (for metrics).
+	strategy string
+}
+
+// reserve takes one in-flight slot if the replica is available and below
+// limit (0 = no limit), for an attempt judged by rules. It is the only
+// place a slot is taken, so that a cap holds however many requests select
+// at once. After a cooldown the first attempt is the probe.
+func (s *replicaState) reserve(now time.Time, limit int, rules *attemptRules) (*attempt, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.availableLocked(now, limit) != availOK {
+		return nil, false
 	}
-	if !ok {
-		if rc := getRouteCtx(r); rc != nil && rc.dialTimeout() {
-			return outcomeFailure, reasonDialTimeout, 0
+	s.inFlight++
+	s.prefilling++
+	a := &attempt{rep: s, rules: rules, prefilling: true, started: now}
+	if s.needProbe {
+		s.probing = true
+		a.probe = true
+	}
+	return a, true
+}
+
+// placeKeys tells the replica's belief that the request with keys goes
+// there (policies.Belief.Place: the prediction, the optimistic insert, the
+// pending count) and keeps what it said for the feedback.
+func (a *attempt) placeKeys(keys policies.Keys) {
+	pl := a.rep.belief.Place(keys)
+	s := a.rep
+	s.mu.Lock()
+	a.place = pl
+	if a.released || !a.prefilling {
+		// Ended before it was placed: nothing is pending any more.
+		s.belief.EndPending(pl.Head)
+		a.place.Head = 0
+	}
+	s.mu.Unlock()
+}
+
+// prediction returns what the belief said when the attempt was placed.
+func (a *attempt) prediction() policies.Placement {
+	a.rep.mu.Lock()
+	defer a.rep.mu.Unlock()
+	return a.place
+}
+
+// endPrefillLocked ends the attempt's prefilling phase: at its first byte
+// or its end, whichever comes first.
+func (a *attempt) endPrefillLocked() {
+	if !a.prefilling {
+		return
+	}
+	a.prefilling = false
+	s := a.rep
+	s.prefilling--
+	s.belief.EndPending(a.place.Head)
+	a.place.Head = 0
+}
+
+// firstByte records that the answer started: the request no longer delays
+// the first token of requests behind it, and the replica accepts work, so
+// earlier dial timeouts were a passing overflow.
+func (a *attempt) firstByte() {
+	s := a.rep
+	s.mu.Lock()
+	a.endPrefillLocked()
+	s.dialTimeouts = 0
+	s.mu.Unlock()
+}
+
+// answered records the status of the response headers relayed to the
+// client. A probe is judged here, not when its answer ends (an LLM stream
+// may last minutes): a success status means the replica is healthy again,
+// its cap opens and the requests waiting for it are admitted together. The
+// probe's stream goes on as an ordinary request; if it breaks later, that
+// is a broken stream and cools the replica like any other. Any other
+// status leaves the probe to be judged when it ends (a failure status
+// cools the replica again).
+func (a *attempt) answered(status int) {
+	if classifyStatus(status, a.rules.failStatus).kind != outcomeSuccess {
+		return
+	}
+	s := a.rep
+	s.mu.Lock()
+	passed := false
+	if a.probe && !a.released {
+		a.probe = false
+		s.probing = false
+		if s.needProbe {
+			passed = s.trustLocked()
 		}
-		return outcomeFailure, "transport", 0
 	}
-	status, _ := v.(int)
-	o, reason := classifyStatus(status, failStatus)
-	return o, reason, upstreamRetryAfter(r)
+	s.mu.Unlock()
+	if passed {
+		waiters.wakeAllFor(s.addr)
+	}
 }
 
-// upstreamRetryAfter is the Retry-After of the last upstream answer, 0 if
-// it had none.
-func upstreamRetryAfter(r *http.Request) time.Duration {
-	if repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); repl != nil {
-		if h, ok := repl.GetString(phRetryAfter); ok {
-			return parseRetryAfter(h, time.Now())
+// end frees the slot and applies the attempt's outcome to the replica: a
+// success trusts it again, a failure cools it (cooldown.go). It runs once;
+// later calls do nothing.
+func (a *attempt) end(o outcome) {
+	a.once.Do(func() {
+		s := a.rep
+		s.mu.Lock()
+		a.released = true
+		s.inFlight--
+		a.endPrefillLocked()
+		if s.inFlight < 0 {
+			// Cannot happen: end runs once per attempt. Clamp so a bug
+			// shows in tests as a count mismatch, not a negative cap.
+			s.inFlight = 0
 		}
-	}
-	return 0
-}
-
-// clearAttemptPlaceholders forgets the previous attempt's status so that a
-// later Select does not mistake it for the new attempt's.
-func clearAttemptPlaceholders(r *http.Request) {
-	if repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); repl != nil {
-		repl.Delete(phStatus)
-	}
-}
-
-// classifyStatus maps an upstream status to what it says of the replica.
-func classifyStatus(status int, failStatus map[int]bool) (outcome, string) {
-	switch {
-	case status == http.StatusTooManyRequests:
-		return outcomeFailure, "429"
-	case status == http.StatusServiceUnavailable:
-		return outcomeFailure, "503"
-	case failStatus[status]:
-		return outcomeFailure, "5xx"
-	case status >= 200 && status < 400:
-		return outcomeSuccess, ""
-	}
-	// Other 4xx: the request was at fault, not the replica.
-	return outcomeNeutral, ""
-}
-
-// parseRetryAfter reads a Retry-After value in seconds or as an HTTP date.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if n, err := strconv.Atoi(v); err == nil {
-		if n < 0 {
-			return 0
+		if a.probe {
+			s.probing = false
 		}
-		return time.Duration(n) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
-}
-
-// retryAfterSeconds formats d for a Retry-After header, at least 1 second.
-func retryAfterSeconds(d time.Duration) string {
-	s := int((d + time.Second - 1) / time.Second)
-	if s < 1 {
-		s = 1
-	}
-	return strconv.Itoa(s)
+		drained := 0
+		if s.inFlight == 0 {
+			drained, s.drainRefs = s.drainRefs, 0
+		}
+		opened := false // more than this one slot became usable
+		cooled := false
+		switch o.kind {
+		case outcomeSuccess:
+			s.dialTimeouts = 0
+			if !s.needProbe || a.probe {
+				opened = s.trustLocked()
+			}
+		case outcomeFailure:
+			cooled = s.failedLocked(s.clk.Now(), a.started, o, a.rules.cd)
+		}
+		s.mu.Unlock()
+		for range drained {
+			releaseReplica(s.addr)
+		}
+		if opened || cooled {
+			// Probe passed: the whole cap opened. Cooling began: queued
+			// requests must look again and be refused if nothing is left.
+			waiters.wakeAllFor(s.addr)
+		} else {
+			waiters.wake(s.addr)
+		}
+	})
 }

@@ -10,11 +10,12 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
-	"github.com/llmroute/caddy-llmroute/policies"
+	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
 )
 
 // dynPool returns new Upstream values for addrs, as a dynamic upstream
@@ -29,7 +30,7 @@ func dynPool(addrs ...string) reverseproxy.UpstreamPool {
 
 // routedRequest returns a request carrying a fresh routing context.
 func routedRequest(t *testing.T, ctx context.Context) (*http.Request, *routeCtx) {
-	rc := &routeCtx{}
+	rc := newRouteCtx(time.Now(), nil, nil)
 	vars := map[string]any{routeVarKey: rc}
 	ctx = context.WithValue(ctx, caddyhttp.VarsCtxKey, vars)
 	ctx = context.WithValue(ctx, caddy.ReplacerCtxKey, caddy.NewReplacer())
@@ -42,12 +43,9 @@ func routedRequest(t *testing.T, ctx context.Context) (*http.Request, *routeCtx)
 // without Caddy (no Provision): enough for Select on dynamic pools.
 func barePolicy(t *testing.T, maxInFlight int) *LLMSelection {
 	p := &LLMSelection{Strategy: "least_load", MaxInFlight: maxInFlight, QueueSize: 8, QueueTimeout: caddy.Duration(5 * time.Second),
-		IndexBlocks: defaultIndexBlocks, logger: zap.NewNop()}
-	p.cd = cooldownConfig{base: time.Second, max: time.Second}
-	p.failStatus = map[int]bool{429: true, 503: true}
-	var err error
-	p.strategy, err = policies.NewStrategy(p.Strategy, policies.Options{})
-	require.NoError(t, err)
+		CooldownBase: caddy.Duration(time.Second), CooldownMax: caddy.Duration(time.Second), FailStatus: []int{},
+		IndexBlocks: defaultIndexBlocks, logger: zap.NewNop(), clock: clockwork.NewFakeClock()}
+	require.NoError(t, p.setup())
 	return p
 }
 
@@ -63,7 +61,7 @@ func newSelector(t *testing.T, p *LLMSelection) *selector {
 	s := &selector{t: t, p: p}
 	t.Cleanup(func() {
 		for _, rc := range s.rcs {
-			rc.finish(outcomeNeutral, "", 0)
+			rc.finish(neutralEnd)
 		}
 		p.states.Range(func(k, _ any) bool {
 			releaseReplica(k.(string))
@@ -120,9 +118,9 @@ func TestQueuedStalePoolKeepsJoiner(t *testing.T) {
 	v, ok := p.states.Load(d)
 	require.True(t, ok)
 	stD := v.(*replicaState)
-	stD.index.Insert([]uint64{7, 8, 9})
+	stD.belief.Index().Insert([]uint64{7, 8, 9})
 	// a's slot frees: the queued request wakes with its old set.
-	on[a].finish(outcomeSuccess, "", 0)
+	on[a].finish(succeeded)
 	select {
 	case addr := <-got:
 		require.Equal(t, a, addr)
@@ -133,7 +131,7 @@ func TestQueuedStalePoolKeepsJoiner(t *testing.T) {
 	require.True(t, ok, "the joiner was taken for departed")
 	assert.Same(t, stD, v.(*replicaState), "the joiner's state was replaced")
 	assert.Equal(t, 1, stD.inFlightNow())
-	assert.Equal(t, 3, stD.index.Len(), "the joiner's index was purged")
+	assert.Equal(t, 3, stD.belief.Index().Len(), "the joiner's index was purged")
 	// Every replica is at its cap, d included: a request with the new set
 	// must wait, not find d empty.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
@@ -148,8 +146,8 @@ func TestQueuedStalePoolKeepsJoiner(t *testing.T) {
 	assert.Empty(t, sel(ctx2, dynPool(a, b, d)), "nothing is free") // c departs here
 	_, ok = p.states.Load(c)
 	require.False(t, ok, "c should have departed")
-	on[c].finish(outcomeSuccess, "", 0) // c's request ends: the queued one wakes
-	on[b].finish(outcomeSuccess, "", 0) // then b's
+	on[c].finish(succeeded) // c's request ends: the queued one wakes
+	on[b].finish(succeeded) // then b's
 	select {
 	case addr := <-got:
 		assert.Equal(t, b, addr, "a queued request picked a replica that left")
@@ -161,13 +159,13 @@ func TestQueuedStalePoolKeepsJoiner(t *testing.T) {
 }
 
 // statusOf returns addr's entry in /llm_route/state, if listed.
-func statusOf(addr string) (ReplicaStatus, bool) {
+func statusOf(addr string) (stateapi.Replica, bool) {
 	for _, s := range snapshotReplicas() {
 		if s.Addr == addr {
 			return s, true
 		}
 	}
-	return ReplicaStatus{}, false
+	return stateapi.Replica{}, false
 }
 
 // TestDepartedReplicaDrainsThenReturns proves that a replica that leaves
@@ -188,7 +186,7 @@ func TestDepartedReplicaDrainsThenReturns(t *testing.T) {
 	v, ok := p.states.Load(a)
 	require.True(t, ok)
 	stA := v.(*replicaState)
-	stA.index.Insert([]uint64{1, 2, 3})
+	stA.belief.Index().Insert([]uint64{1, 2, 3})
 	seen := stA.firstSeen
 
 	// a leaves: it stays listed, draining, with both requests counted.
@@ -203,7 +201,7 @@ func TestDepartedReplicaDrainsThenReturns(t *testing.T) {
 	assert.Zero(t, s.IndexEntries, "a departed replica's index is purged")
 
 	// a comes back while both still run: same state, still at its cap.
-	time.Sleep(5 * time.Millisecond)
+	p.clock.(*clockwork.FakeClock).Advance(5 * time.Millisecond)
 	got, rcB2 := sel(dynPool(a, b))
 	assert.Equal(t, b, got, "the returning replica went over its cap")
 	v, ok = p.states.Load(a)
@@ -214,8 +212,8 @@ func TestDepartedReplicaDrainsThenReturns(t *testing.T) {
 	assert.Equal(t, 2, s.InFlight)
 
 	// Both end: a is no longer draining, and still listed (the policy uses it).
-	rc1.finish(outcomeSuccess, "", 0)
-	rc2.finish(outcomeSuccess, "", 0)
+	rc1.finish(succeeded)
+	rc2.finish(succeeded)
 	s, ok = statusOf(a)
 	require.True(t, ok)
 	assert.False(t, s.Draining)
@@ -223,8 +221,8 @@ func TestDepartedReplicaDrainsThenReturns(t *testing.T) {
 
 	// a leaves again with nothing in flight: gone at once. Then a request
 	// in flight on b when b leaves: listed until it ends, then gone.
-	rcB1.finish(outcomeSuccess, "", 0)
-	rcB2.finish(outcomeSuccess, "", 0)
+	rcB1.finish(succeeded)
+	rcB2.finish(succeeded)
 	got, _ = sel(dynPool(b)) // a departs, with nothing in flight
 	require.Equal(t, b, got)
 	_, ok = statusOf(a)
@@ -235,7 +233,7 @@ func TestDepartedReplicaDrainsThenReturns(t *testing.T) {
 	require.True(t, ok)
 	assert.True(t, s.Draining)
 	for _, rc := range sl.rcs {
-		rc.finish(outcomeSuccess, "", 0)
+		rc.finish(succeeded)
 	}
 	_, ok = statusOf(b)
 	assert.False(t, ok, "a drained replica must leave /llm_route/state (its state leaked)")

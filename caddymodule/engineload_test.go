@@ -11,8 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
-
-	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 // Samples written from each engine's documented metric names.
@@ -105,23 +103,23 @@ func TestParseEngineSamples(t *testing.T) {
 // as unknown (-1), never as idle, and that the engine's cache size sizes
 // the index.
 func TestEngineViewStaleIsUnknown(t *testing.T) {
-	st := &replicaState{addr: "test-stale", index: policies.NewIndex(100000)}
+	st := testReplica("test-stale", 100000)
 	now := time.Now()
 	w, r, kv := st.engineView(now)
 	assert.Equal(t, []any{-1, -1, -1.0}, []any{w, r, kv}, "never scraped")
 
 	smp, err := parseEngineSample(strings.NewReader(vllmSample))
 	require.NoError(t, err)
-	st.apply(now, smp, time.Second, 128)
+	st.apply(now, smp, time.Second)
 	w, r, kv = st.engineView(now.Add(500 * time.Millisecond))
 	assert.Equal(t, []any{7, 3, 0.42}, []any{w, r, kv})
 	w, _, _ = st.engineView(now.Add(2 * time.Second))
 	assert.Equal(t, -1, w, "stale metrics must be unknown")
 	// 4096 blocks x 16 tokens x ~4 bytes / 128-byte router blocks.
-	assert.Equal(t, 2048, st.index.Capacity())
+	assert.Equal(t, 2048, st.belief.Index().Capacity())
 
 	smp2, _ := parseEngineSample(strings.NewReader("# TYPE other gauge\nother 1\n"))
-	st.apply(now, smp2, time.Second, 128)
+	st.apply(now, smp2, time.Second)
 	w, _, _ = st.engineView(now)
 	assert.Equal(t, -1, w, "a scrape without load figures must not read as idle")
 }
@@ -129,16 +127,16 @@ func TestEngineViewStaleIsUnknown(t *testing.T) {
 // TestCountersBackwardsPurge proves a restart seen in the engine's
 // counters purges the replica's index.
 func TestCountersBackwardsPurge(t *testing.T) {
-	st := &replicaState{addr: "test-restart", index: policies.NewIndex(1000)}
-	st.index.Insert([]uint64{1, 2, 3})
+	st := testReplica("test-restart", 1000)
+	st.belief.Index().Insert([]uint64{1, 2, 3})
 	smp, _ := parseEngineSample(strings.NewReader(vllmSample))
-	st.apply(time.Now(), smp, time.Second, 128)
-	require.Equal(t, 3, st.index.Len())
+	st.apply(time.Now(), smp, time.Second)
+	require.Equal(t, 3, st.belief.Index().Len())
 	after := strings.ReplaceAll(vllmSample, "} 12000.0", "} 50.0")
 	smp, _ = parseEngineSample(strings.NewReader(after))
-	st.apply(time.Now(), smp, time.Second, 128)
-	assert.Equal(t, 0, st.index.Len())
-	assert.Equal(t, "counters_reset", st.feedback.status().LastPurge)
+	st.apply(time.Now(), smp, time.Second)
+	assert.Equal(t, 0, st.belief.Index().Len())
+	assert.Equal(t, "counters_reset", st.belief.Stats().LastPurge)
 }
 
 // TestScraperPollsReplica proves the scraper fetches /metrics on its
@@ -158,7 +156,7 @@ func TestScraperPollsReplica(t *testing.T) {
 	}))
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
-	st := &replicaState{addr: addr, index: policies.NewIndex(10)}
+	st := testReplica(addr, 10)
 	sc := newScraper(EngineMetricsConfig{Interval: 50 * 1e6}, zap.NewNop())
 	sc.watch(st)
 	for range 2 {

@@ -18,6 +18,8 @@ import (
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
 )
 
 // freePort returns a loopback port that was free a moment ago.
@@ -64,24 +66,24 @@ func (r *router) load(site string) {
 }
 
 // state reads /llm_route/state from the admin API.
-func (r *router) state() RouterState {
+func (r *router) state() stateapi.State {
 	r.t.Helper()
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/llm_route/state", r.admin))
 	require.NoError(r.t, err)
 	defer resp.Body.Close()
-	var st RouterState
+	var st stateapi.State
 	require.NoError(r.t, json.NewDecoder(resp.Body).Decode(&st))
 	return st
 }
 
 // replica returns the state of addr (zero value if unknown).
-func (r *router) replica(addr string) ReplicaStatus {
+func (r *router) replica(addr string) stateapi.Replica {
 	for _, s := range r.state().Replicas {
 		if s.Addr == addr {
 			return s
 		}
 	}
-	return ReplicaStatus{}
+	return stateapi.Replica{}
 }
 
 // requireDrained waits (bounded) until no reservation is held on the given

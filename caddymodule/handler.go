@@ -1,17 +1,11 @@
 package caddymodule
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -87,25 +81,8 @@ func (LLMRoute) CaddyModule() caddy.ModuleInfo {
 // Provision resolves placeholders in the keys and sets defaults.
 func (h *LLMRoute) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
-	repl := caddy.NewReplacer()
-	h.keyHashes = h.keyHashes[:0]
-	for i, k := range h.APIKeys {
-		v, err := repl.ReplaceOrErr(k, true, true)
-		if err != nil {
-			return fmt.Errorf("api_keys[%d]: %v", i, err)
-		}
-		v = strings.TrimSpace(v)
-		if v == "" {
-			return fmt.Errorf("api_keys[%d] is empty after placeholders were resolved", i)
-		}
-		h.keyHashes = append(h.keyHashes, sha256.Sum256([]byte(v)))
-	}
-	if h.UpstreamAPIKey != "" {
-		v, err := repl.ReplaceOrErr(h.UpstreamAPIKey, true, true)
-		if err != nil {
-			return fmt.Errorf("upstream_api_key: %v", err)
-		}
-		h.upstream = strings.TrimSpace(v)
+	if err := h.resolveKeys(caddy.NewReplacer()); err != nil {
+		return err
 	}
 	if h.MaxBodyBytes == 0 {
 		h.MaxBodyBytes = 8 << 20
@@ -126,7 +103,10 @@ func (h *LLMRoute) Validate() error {
 	return nil
 }
 
-// ServeHTTP authenticates, parses, routes and accounts for one request.
+// ServeHTTP authenticates, parses, routes and accounts for one request:
+// the walk of docs/design.md, one step per file (auth.go, request.go,
+// routectx.go, then the policy's selection.go and the answer's
+// responsewriter.go, outcome.go, attempt.go and feedback.go).
 func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	if len(h.keyHashes) > 0 && !h.authorized(r) {
 		metricRequests.WithLabelValues("", "", "unauthorized").Inc()
@@ -139,7 +119,8 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 		r.Header.Set("Authorization", "Bearer "+h.upstream)
 	}
 
-	rc := &routeCtx{started: time.Now()}
+	start := time.Now()
+	var rc *routeCtx
 	var sniff *usageSniffer
 	if r.Method == http.MethodPost {
 		req, body, apiErr, ok := h.readRequest(r)
@@ -148,7 +129,6 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 			writeAPIError(w, apiErr)
 			return nil
 		}
-		rc.req = req
 		sniff = &usageSniffer{}
 		if h.RequestUsage && req.Stream && !req.IncludeUsage && req.Endpoint != policies.EndpointResponses {
 			if b, ok := withIncludeUsage(body); ok {
@@ -156,10 +136,12 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 				sniff.strip = true
 			}
 		}
-		rc.body = body
-		r.Body = attemptBody(body)
+		rc = newRouteCtx(start, req, body)
+		r.Body = bodyReader(body)
 		r.ContentLength = int64(len(body))
 		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	} else {
+		rc = newRouteCtx(start, nil, nil)
 	}
 	caddyhttp.SetVar(r.Context(), routeVarKey, rc)
 	// Tell a dial timeout from other transport errors (previousAttempt).
@@ -188,10 +170,7 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 		return err
 	}
 	// Nothing reached the client yet: answer in OpenAI's error shape.
-	rc.mu.Lock()
-	reject, ra := rc.reject, rc.retryAfter
-	rc.mu.Unlock()
-	if reject != rejectNone {
+	if reject, ra := rc.rejection(); reject != rejectNone {
 		writeAPIError(ww, rejectError(reject, ra))
 		return nil
 	}
@@ -210,202 +189,21 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 	return nil
 }
 
-// finish settles the request: the replica's outcome, feedback, metrics and
-// the release of every reservation still held.
+// finish settles the request: the replica's outcome (outcome.go), the
+// feedback, the release of the attempt still held and the requests metric.
 func (h *LLMRoute) finish(r *http.Request, ww *routeWriter, rc *routeCtx, returned bool) {
-	clientGone := r.Context().Err() != nil
-	rc.mu.Lock()
-	addr, strategy, attempted := rc.currentAddr, rc.strategy, rc.current != nil
-	var st *replicaState
-	if rc.current != nil {
-		st = rc.current.replica
-	}
-	rc.mu.Unlock()
-
-	o, reason, ra := outcomeNeutral, "", time.Duration(0)
-	label := "ok"
-	switch {
-	case !returned && clientGone:
-		label = "client_disconnect"
-	case !returned:
-		// reverse_proxy aborted: the replica broke the stream midway.
-		o, reason, label = outcomeFailure, "stream_broken", "stream_broken"
-	case !ww.wroteHeader && attempted:
-		o, reason, ra = previousAttempt(r, rc.failStatus)
-		label = "upstream_error"
-	case clientGone:
-		label = "client_disconnect"
-	case attempted:
-		o, reason = classifyStatus(ww.status, rc.failStatus)
-		if o == outcomeFailure {
-			ra = parseRetryAfter(ww.Header().Get("Retry-After"), time.Now())
-			label = "upstream_" + reason
-		} else if ww.status >= 400 {
-			label = "upstream_4xx"
+	a := rc.current()
+	o, label := settle(r, ww, a, returned)
+	strategy, addr := "", ""
+	if a != nil {
+		strategy, addr = a.rules.strategy, a.rep.addr
+		if o.kind == outcomeSuccess && ww.sniff != nil {
+			ww.sniff.finish()
+			h.feedback(rc, a, ww.sniff)
 		}
-	default:
-		label = "rejected"
 	}
-	if attempted && o == outcomeSuccess && ww.sniff != nil {
-		ww.sniff.finish()
-		h.feedback(rc, st, ww.sniff)
-	}
-	rc.finish(o, reason, ra)
+	rc.finish(o)
 	metricRequests.WithLabelValues(strategy, addr, label).Inc()
-}
-
-// readRequest checks the content type, reads the bounded body once and
-// parses it.
-func (h *LLMRoute) readRequest(r *http.Request) (*policies.Request, []byte, apiError, bool) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return nil, nil, errContentType, false
-		}
-	} else if r.ContentLength != 0 {
-		return nil, nil, errContentType, false
-	}
-	if r.ContentLength > h.MaxBodyBytes {
-		return nil, nil, errTooLarge, false
-	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		// + MinRead: ReadFrom wants MinRead free bytes before every read,
-		// including the one that sees EOF; without them the buffer is
-		// reallocated at twice the size once the body is in.
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
-	}
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, h.MaxBodyBytes+1))
-	if err != nil {
-		return nil, nil, errBodyRead, false
-	}
-	if n > h.MaxBodyBytes {
-		return nil, nil, errTooLarge, false
-	}
-	body := buf.Bytes()
-	req, err := policies.Parse(r.URL.Path, body, h.parseCfg)
-	switch {
-	case errors.Is(err, policies.ErrMissingModel):
-		return nil, nil, errNoModel, false
-	case err != nil:
-		return nil, nil, errMalformed, false
-	}
-	return req, body, apiError{}, true
-}
-
-// authorized reports whether r carries one of the configured keys. Both
-// sides are hashed to a fixed length and every key is compared, so neither
-// a key's length nor which key matched shows in the timing.
-func (h *LLMRoute) authorized(r *http.Request) bool {
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		tok = r.Header.Get("X-Api-Key")
-	}
-	tok = strings.TrimSpace(tok)
-	if tok == "" {
-		return false
-	}
-	sum := sha256.Sum256([]byte(tok))
-	match := 0
-	for i := range h.keyHashes {
-		match |= subtle.ConstantTimeCompare(sum[:], h.keyHashes[i][:])
-	}
-	return match == 1
-}
-
-// withIncludeUsage returns body with stream_options.include_usage set, when
-// the body has no stream_options of its own. It copies the body once.
-func withIncludeUsage(body []byte) ([]byte, bool) {
-	if bytes.Contains(body, []byte(`"stream_options"`)) {
-		return nil, false
-	}
-	i := bytes.IndexByte(body, '{')
-	if i < 0 {
-		return nil, false
-	}
-	const ins = `"stream_options":{"include_usage":true},`
-	rest := bytes.TrimLeft(body[i+1:], " \t\r\n")
-	out := make([]byte, 0, len(body)+len(ins))
-	out = append(out, body[:i+1]...)
-	if len(rest) > 0 && rest[0] == '}' {
-		out = append(out, ins[:len(ins)-1]...)
-	} else {
-		out = append(out, ins...)
-	}
-	out = append(out, body[i+1:]...)
-	return out, true
-}
-
-// UnmarshalCaddyfile sets up the handler from Caddyfile tokens:
-//
-//	llm_route {
-//		api_keys         <key...>
-//		upstream_api_key <key>
-//		deployment       <identity>
-//		max_body_bytes   <size>
-//		block_size       <bytes>
-//		max_blocks       <n>
-//		replica_header   <name>
-//		request_usage
-//	}
-func (h *LLMRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // consume directive name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	for d.NextBlock(0) {
-		switch d.Val() {
-		case "api_keys", "api_key":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return d.ArgErr()
-			}
-			h.APIKeys = append(h.APIKeys, args...)
-		case "upstream_api_key":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			h.UpstreamAPIKey = d.Val()
-		case "deployment":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			h.Deployment = d.Val()
-		case "max_body_bytes", "max_body_size":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			size, err := humanizeSize(d.Val())
-			if err != nil {
-				return d.Errf("max_body_bytes: %v", err)
-			}
-			h.MaxBodyBytes = size
-		case "block_size", "max_blocks":
-			name := d.Val()
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			n, err := strconv.Atoi(d.Val())
-			if err != nil {
-				return d.Errf("%s: %v", name, err)
-			}
-			if name == "block_size" {
-				h.BlockSize = n
-			} else {
-				h.MaxBlocks = n
-			}
-		case "replica_header":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			h.ReplicaHeader = d.Val()
-		case "request_usage":
-			h.RequestUsage = true
-		default:
-			return d.Errf("unrecognized llm_route option %q", d.Val())
-		}
-	}
-	return nil
 }
 
 // Interface guards

@@ -179,22 +179,23 @@ func TestCooldownSurvivesReload(t *testing.T) {
 // ends.
 func TestDeparturePurgesIndex(t *testing.T) {
 	p := &LLMSelection{}
+	require.NoError(t, p.setup())
 	a, b := "127.0.0.1:1", "127.0.0.1:2"
 	stA := p.state(a)
 	stB := p.state(b)
 	t.Cleanup(func() { releaseReplica(b) })
-	stA.index.Insert([]uint64{1, 2, 3})
-	stB.index.Insert([]uint64{4})
-	res, ok := stA.tryReserve(time.Now(), 0)
+	stA.belief.Index().Insert([]uint64{1, 2, 3})
+	stB.belief.Index().Insert([]uint64{4})
+	res, ok := stA.reserve(time.Now(), 0, &p.rules)
 	require.True(t, ok)
 
 	p.checkDepartures(reverseproxy.UpstreamPool{{Dial: a}, {Dial: b}})
-	assert.Equal(t, 3, stA.index.Len())
+	assert.Equal(t, 3, stA.belief.Index().Len())
 	p.checkDepartures(reverseproxy.UpstreamPool{{Dial: b}})
-	assert.Zero(t, stA.index.Len(), "departed replica's index kept")
-	assert.Equal(t, 1, stB.index.Len(), "staying replica's index touched")
+	assert.Zero(t, stA.belief.Index().Len(), "departed replica's index kept")
+	assert.Equal(t, 1, stB.belief.Index().Len(), "staying replica's index touched")
 	assert.Equal(t, 1, stA.inFlightNow(), "in-flight reservation dropped early")
-	res.release(outcomeSuccess, "", 0, cooldownConfig{base: time.Second, max: time.Second})
+	res.end(succeeded)
 	assert.Zero(t, stA.inFlightNow())
 	_, stillThere := p.states.Load(a)
 	assert.False(t, stillThere)

@@ -5,25 +5,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/policies"
 )
 
-// TestReserveCapIsAtomic proves tryReserve never exceeds the cap under
-// concurrent callers and release runs once per reservation.
+// TestReserveCapIsAtomic proves reserve never exceeds the cap under
+// concurrent callers and an attempt ends once.
 func TestReserveCapIsAtomic(t *testing.T) {
-	st := &replicaState{addr: "test-cap", index: policies.NewIndex(10)}
+	st := testReplica("test-cap", 10)
 	now := time.Now()
+	rules := &attemptRules{cd: cooldownConfig{base: time.Second, max: time.Second}}
 	var mu sync.Mutex
-	var got []*reservation
+	var got []*attempt
 	var wg sync.WaitGroup
 	for range 100 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if r, ok := st.tryReserve(now, 4); ok {
+			if r, ok := st.reserve(now, 4, rules); ok {
 				mu.Lock()
 				got = append(got, r)
 				mu.Unlock()
@@ -32,10 +34,9 @@ func TestReserveCapIsAtomic(t *testing.T) {
 	}
 	wg.Wait()
 	require.Len(t, got, 4)
-	cd := cooldownConfig{base: time.Second, max: time.Second}
 	for _, r := range got {
-		r.release(outcomeSuccess, "", 0, cd)
-		r.release(outcomeSuccess, "", 0, cd) // second release is a no-op
+		r.end(succeeded)
+		r.end(succeeded) // a second end is a no-op
 	}
 	assert.Equal(t, 0, st.inFlightNow())
 }
@@ -43,7 +44,7 @@ func TestReserveCapIsAtomic(t *testing.T) {
 // TestBackoffIsCappedExponential proves the cooldown doubles per failure,
 // honours Retry-After and never exceeds the cap.
 func TestBackoffIsCappedExponential(t *testing.T) {
-	st := &replicaState{addr: "test-backoff", index: policies.NewIndex(10)}
+	st := testReplica("test-backoff", 10)
 	cd := cooldownConfig{base: 100 * time.Millisecond, max: time.Second}
 	now := time.Now()
 	want := []time.Duration{100, 200, 400, 800, 1000, 1000}
@@ -97,7 +98,15 @@ func (s *replicaState) inFlightNow() int {
 func (s *replicaState) engineView(now time.Time) (waiting, running int, kv float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.engineViewLocked(now)
+	return s.engine.view(now)
+}
+
+// testReplica returns a replica state outside the package's pool, on the
+// real clock, whose index holds capacity blocks.
+func testReplica(addr string, capacity int) *replicaState {
+	st := newReplicaState(addr, clockwork.NewRealClock())
+	st.belief = policies.NewBelief(capacity)
+	return st
 }
 
 // TestDialTimeoutsCoolOnlyWhenTheyRepeat proves the dial-timeout rule: the
@@ -107,28 +116,29 @@ func (s *replicaState) engineView(now time.Time) (waiting, running int, kv float
 // ("transport") cools it at once.
 func TestDialTimeoutsCoolOnlyWhenTheyRepeat(t *testing.T) {
 	cd := cooldownConfig{base: time.Minute, max: time.Minute, dialFails: 3, dialWindow: 10 * time.Second}
+	clk := clockwork.NewFakeClock()
 	cooling := func(st *replicaState) bool {
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		return time.Now().Before(st.coolUntil)
+		return clk.Now().Before(st.coolUntil)
 	}
 	// timeoutRound reserves n slots at once and fails them all by dial
 	// timeout, as a burst does.
 	timeoutRound := func(st *replicaState, n int) {
-		var rs []*reservation
+		var rs []*attempt
 		for range n {
-			r, ok := st.tryReserve(time.Now(), 0)
+			r, ok := st.reserve(clk.Now(), 0, &attemptRules{cd: cd})
 			require.True(t, ok)
 			rs = append(rs, r)
 		}
-		time.Sleep(2 * time.Millisecond) // the timeouts come after the dials began
+		clk.Advance(2 * time.Millisecond) // the timeouts come after the dials began
 		for _, r := range rs {
-			r.release(outcomeFailure, reasonDialTimeout, 0, cd)
+			r.end(failed(reasonDialTimeout, 0))
 		}
-		time.Sleep(2 * time.Millisecond)
+		clk.Advance(2 * time.Millisecond)
 	}
 
-	st := &replicaState{addr: "test-dial-burst", index: policies.NewIndex(10)}
+	st := newReplicaState("test-dial-burst", clk)
 	t.Cleanup(func() { _ = st.Destruct() })
 	timeoutRound(st, 20)
 	assert.False(t, cooling(st), "a burst of overlapping dial timeouts is one event")
@@ -146,24 +156,24 @@ func TestDialTimeoutsCoolOnlyWhenTheyRepeat(t *testing.T) {
 	// An old streak is forgotten after the window.
 	short := cd
 	short.dialWindow = 20 * time.Millisecond
-	st2 := &replicaState{addr: "test-dial-window", index: policies.NewIndex(10)}
+	st2 := newReplicaState("test-dial-window", clk)
 	t.Cleanup(func() { _ = st2.Destruct() })
 	cd = short
 	timeoutRound(st2, 1)
 	timeoutRound(st2, 1)
-	time.Sleep(40 * time.Millisecond)
+	clk.Advance(40 * time.Millisecond)
 	timeoutRound(st2, 1)
 	assert.False(t, cooling(st2), "timeouts further apart than the window do not add up")
 
 	// A refused connection cools at once; dial_timeout_fails 1 makes a
 	// dial timeout do the same.
-	st3 := &replicaState{addr: "test-refused", index: policies.NewIndex(10)}
+	st3 := newReplicaState("test-refused", clk)
 	t.Cleanup(func() { _ = st3.Destruct() })
-	r, ok := st3.tryReserve(time.Now(), 0)
+	r, ok := st3.reserve(clk.Now(), 0, &attemptRules{cd: cd})
 	require.True(t, ok)
-	r.release(outcomeFailure, "transport", 0, cd)
+	r.end(failed("transport", 0))
 	assert.True(t, cooling(st3), "a refused connection cools at once")
-	st4 := &replicaState{addr: "test-dial-one", index: policies.NewIndex(10)}
+	st4 := newReplicaState("test-dial-one", clk)
 	t.Cleanup(func() { _ = st4.Destruct() })
 	cd.dialFails = 1
 	timeoutRound(st4, 1)

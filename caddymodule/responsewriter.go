@@ -38,12 +38,8 @@ func (w *routeWriter) WriteHeader(status int) {
 	w.status = status
 	w.rc.answered(status)
 	if w.replicaHdr != "" {
-		w.rc.mu.Lock()
-		addr := w.rc.currentAddr
-		cur := w.rc.current != nil
-		w.rc.mu.Unlock()
-		if cur && addr != "" {
-			w.Header().Set(w.replicaHdr, addr)
+		if a := w.rc.current(); a != nil {
+			w.Header().Set(w.replicaHdr, a.rep.addr)
 		}
 	}
 	if w.sniff != nil {

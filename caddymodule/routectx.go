@@ -46,49 +46,39 @@ func (r rejectReason) String() string {
 }
 
 // routeCtx is one request's routing state, shared by the handler (which
-// creates it and releases it) and the policy (which reserves and records).
+// creates it and settles it) and the policy (which starts its attempts).
+// It owns the attempt in progress; mu is locked only in this file.
 type routeCtx struct {
 	req     *policies.Request
-	body    []byte // the body as sent upstream; nil when not read
 	started time.Time
 
 	mu sync.Mutex
-	// current is the reservation of the attempt in progress, if any.
-	current *reservation
-	// currentAddr is the replica of the attempt in progress.
-	currentAddr string
-	// cd is the cooldown config of the policy that took current.
-	cd cooldownConfig
-	// failStatus lists the statuses the policy treats as replica failures.
-	failStatus map[int]bool
+	// body is the body as sent upstream; nil when not read, and dropped
+	// at the first byte of the answer (no retry can follow).
+	body []byte
+	// cur is the attempt in progress, if any.
+	cur *attempt
 	// tried lists the replicas this request has been sent to.
 	tried []string
-	// attempts counts upstream attempts.
-	attempts int
-	// predicted is the number of blocks the index believed resident on the
-	// chosen replica.
-	predicted int
-	// concurrent is set when another request with the same first block
-	// was awaiting its first byte on the chosen replica (see
-	// reservation.concurrent): a miss then says nothing about the index.
-	concurrent bool
-	// strategy names the strategy that decided.
-	strategy string
-	// indexMax is the policy's configured index capacity.
-	indexMax int
 	// reject is set when the policy gave up; retryAfter goes with it.
 	reject     rejectReason
 	retryAfter time.Duration
-	// released is set once the handler has released everything.
-	released bool
-	// dialTimedOut and gotConn name the attempt (by its reservation) whose
-	// dial to the replica timed out, and the one that got a connection:
-	// an attempt that failed without an answer, whose dial timed out and
-	// that got no connection, failed by dial timeout.
-	dialTimedOut, gotConn *reservation
+	// done is set once the handler has settled the request.
+	done bool
+	// dialTimedOut and gotConn name the attempt whose dial to the replica
+	// timed out, and the one that got a connection: an attempt that failed
+	// without an answer, whose dial timed out and that got no connection,
+	// failed by dial timeout.
+	dialTimedOut, gotConn *attempt
 	// trace is the client trace the handler puts in the request's context
 	// (see dialTrace); it lives here to save an allocation per request.
 	trace httptrace.ClientTrace
+}
+
+// newRouteCtx returns the routing context of a request that started at
+// now; req and body are nil for a request without a parsed body.
+func newRouteCtx(now time.Time, req *policies.Request, body []byte) *routeCtx {
+	return &routeCtx{started: now, req: req, body: body}
 }
 
 // getRouteCtx returns the routing context of r, or nil if llm_route did not
@@ -98,7 +88,26 @@ func getRouteCtx(r *http.Request) *routeCtx {
 	return v
 }
 
+// keys returns the request's prefix keys (none for an unparsed body).
+func (rc *routeCtx) keys() policies.Keys {
+	if rc.req == nil {
+		return policies.Keys{}
+	}
+	return rc.req.Keys
+}
+
+// pending reports whether an attempt is in progress (so a Select call is a
+// retry) and whether the policy already refused the request.
+func (rc *routeCtx) pending() (inProgress, refused bool) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.cur != nil, rc.reject != rejectNone
+}
+
+// wasTried reports whether the request was already sent to addr.
 func (rc *routeCtx) wasTried(addr string) bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
 	for _, a := range rc.tried {
 		if a == addr {
 			return true
@@ -107,48 +116,106 @@ func (rc *routeCtx) wasTried(addr string) bool {
 	return false
 }
 
-// attach records a new attempt's reservation. It refuses (and releases the
-// reservation) when the handler already finished, which can happen only if
-// Select races the end of the request.
-func (rc *routeCtx) attach(res *reservation, addr string, cd cooldownConfig, fail map[int]bool, predicted int, strategy string, indexMax int) bool {
+// begin makes a the attempt in progress. It refuses (and ends a) when the
+// handler already settled the request, which can happen only if Select
+// races the end of the request.
+func (rc *routeCtx) begin(a *attempt) bool {
 	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if rc.released {
-		res.release(outcomeNeutral, "", 0, cd)
-		return false
+	done := rc.done
+	if !done {
+		rc.cur = a
+		rc.tried = append(rc.tried, a.rep.addr)
 	}
-	rc.current, rc.currentAddr, rc.cd, rc.failStatus = res, addr, cd, fail
-	rc.tried = append(rc.tried, addr)
-	rc.attempts++
-	rc.predicted = predicted
-	rc.concurrent = res.concurrent
-	rc.strategy = strategy
-	rc.indexMax = indexMax
-	return true
+	rc.mu.Unlock()
+	if done {
+		a.end(neutralEnd)
+	}
+	return !done
 }
 
-// endAttempt releases the attempt in progress with the given outcome and
-// returns the replica it was on ("" if none).
-func (rc *routeCtx) endAttempt(o outcome, reason string, retryAfter time.Duration) string {
+// current returns the attempt in progress, nil if none.
+func (rc *routeCtx) current() *attempt {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	if rc.current == nil {
-		return ""
-	}
-	rc.current.release(o, reason, retryAfter, rc.cd)
-	rc.current = nil
-	return rc.currentAddr
+	return rc.cur
 }
+
+// endCurrent ends the attempt in progress with o (a retry follows).
+func (rc *routeCtx) endCurrent(o outcome) {
+	rc.mu.Lock()
+	cur := rc.cur
+	rc.cur = nil
+	rc.mu.Unlock()
+	if cur != nil {
+		cur.end(o)
+	}
+}
+
+// finish ends whatever is still held with o; the handler calls it once,
+// from a defer, so that it runs on success, error, abort panic and
+// disconnect.
+func (rc *routeCtx) finish(o outcome) {
+	rc.mu.Lock()
+	cur := rc.cur
+	rc.cur = nil
+	rc.done = true
+	rc.mu.Unlock()
+	if cur != nil {
+		cur.end(o)
+	}
+}
+
+// refuse records an admission refusal and counts it.
+func (rc *routeCtx) refuse(r rejectReason, retryAfter time.Duration) {
+	rc.mu.Lock()
+	rc.reject, rc.retryAfter = r, retryAfter
+	rc.mu.Unlock()
+	metricRejected.WithLabelValues(r.String()).Inc()
+}
+
+// rejection returns the policy's refusal, rejectNone if there was none.
+func (rc *routeCtx) rejection() (rejectReason, time.Duration) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.reject, rc.retryAfter
+}
+
+// attemptBody returns a fresh reader over the request body for one
+// upstream attempt, false when there is no body to send. Select installs
+// it on the request right before reverse_proxy sends it: the transport of
+// a failed attempt may still hold (and later close) the previous reader on
+// its own goroutine, so sharing one rewinding reader between attempts
+// races and can send a retry a cut body. A new reader per attempt cannot.
+func (rc *routeCtx) attemptBody() (io.ReadCloser, bool) {
+	rc.mu.Lock()
+	b := rc.body
+	rc.mu.Unlock()
+	if b == nil {
+		return nil, false
+	}
+	return bodyReader(b), true
+}
+
+// bodyReader is one attempt's reader over body.
+func bodyReader(body []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(body)) }
 
 // firstByte marks the attempt in progress as answering. No retry can
 // follow, so the body is no longer needed.
 func (rc *routeCtx) firstByte() {
 	rc.mu.Lock()
-	cur := rc.current
+	cur := rc.cur
 	rc.body = nil
 	rc.mu.Unlock()
 	if cur != nil {
 		cur.firstByte()
+	}
+}
+
+// answered passes the status of the response headers relayed to the
+// client to the attempt in progress (a probe is judged there).
+func (rc *routeCtx) answered(status int) {
+	if cur := rc.current(); cur != nil {
+		cur.answered(status)
 	}
 }
 
@@ -162,7 +229,7 @@ func (rc *routeCtx) dialTrace() *httptrace.ClientTrace {
 	// that connects marks the attempt as connected.
 	rc.trace.ConnectDone = func(_, _ string, err error) {
 		rc.mu.Lock()
-		cur := rc.current
+		cur := rc.cur
 		var ne net.Error
 		switch {
 		case err == nil:
@@ -172,7 +239,7 @@ func (rc *routeCtx) dialTrace() *httptrace.ClientTrace {
 		}
 		rc.mu.Unlock()
 		if err == nil && cur != nil {
-			cur.replica.connected()
+			cur.rep.connected()
 		}
 	}
 	return &rc.trace
@@ -183,39 +250,5 @@ func (rc *routeCtx) dialTrace() *httptrace.ClientTrace {
 func (rc *routeCtx) dialTimeout() bool {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	return rc.current != nil && rc.dialTimedOut == rc.current && rc.gotConn != rc.current
-}
-
-// answered passes the status of the response headers relayed to the
-// client to the attempt in progress (a probe is judged there).
-func (rc *routeCtx) answered(status int) {
-	rc.mu.Lock()
-	cur, fail := rc.current, rc.failStatus
-	rc.mu.Unlock()
-	if cur != nil {
-		cur.answered(status, fail)
-	}
-}
-
-// finish releases whatever is still held; the handler calls it once, from a
-// defer, so that it runs on success, error, abort panic and disconnect.
-func (rc *routeCtx) finish(o outcome, reason string, retryAfter time.Duration) {
-	rc.mu.Lock()
-	cur, cd := rc.current, rc.cd
-	rc.current = nil
-	rc.released = true
-	rc.mu.Unlock()
-	if cur != nil {
-		cur.release(o, reason, retryAfter, cd)
-	}
-}
-
-// attemptBody returns a fresh reader over the request body for one
-// upstream attempt. Select installs it on the request right before
-// reverse_proxy sends it: the transport of a failed attempt may still hold
-// (and later close) the previous reader on its own goroutine, so sharing
-// one rewinding reader between attempts races and can send a retry a cut
-// body. A new reader per attempt cannot.
-func attemptBody(b []byte) io.ReadCloser {
-	return io.NopCloser(bytes.NewReader(b))
+	return rc.cur != nil && rc.dialTimedOut == rc.cur && rc.gotConn != rc.cur
 }

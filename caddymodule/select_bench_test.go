@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -72,11 +73,7 @@ func benchBodies(n, size, tenants int, stream bool) [][]byte {
 func benchPolicy(b *testing.B, strategy string, maxInFlight int) *LLMSelection {
 	p := &LLMSelection{Strategy: strategy, MaxInFlight: maxInFlight, QueueSize: 256, BalanceFactor: 1.25, LoadSlack: 2,
 		IndexBlocks: defaultIndexBlocks, logger: zap.NewNop()}
-	p.cd = cooldownConfig{base: 1e9, max: 30e9}
-	p.failStatus = map[int]bool{429: true, 503: true, 500: true, 502: true, 504: true}
-	var err error
-	p.strategy, err = policies.NewStrategy(strategy, policies.Options{BalanceFactor: p.BalanceFactor, LoadSlack: p.LoadSlack})
-	if err != nil {
+	if err := p.setup(); err != nil {
 		b.Fatal(err)
 	}
 	return p
@@ -124,24 +121,24 @@ func BenchmarkSelect(b *testing.B) {
 				r, vars := benchRequest(b, nil)
 				// Warm the indexes: every body once.
 				for i := range reqs {
-					rc := &routeCtx{req: reqs[i]}
+					rc := newRouteCtx(time.Now(), reqs[i], nil)
 					vars[routeVarKey] = rc
 					if p.Select(pool, r, nil) == nil {
 						b.Fatal("no upstream")
 					}
-					rc.finish(outcomeSuccess, "", 0)
+					rc.finish(succeeded)
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
 				i := 0
 				for b.Loop() {
-					rc := &routeCtx{req: reqs[i%nBodies]}
+					rc := newRouteCtx(time.Now(), reqs[i%nBodies], nil)
 					i++
 					vars[routeVarKey] = rc
 					if p.Select(pool, r, nil) == nil {
 						b.Fatal("no upstream")
 					}
-					rc.finish(outcomeSuccess, "", 0)
+					rc.finish(succeeded)
 				}
 				b.StopTimer()
 				for _, u := range pool {

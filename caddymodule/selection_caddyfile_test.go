@@ -120,7 +120,7 @@ func TestStateShowsEffectivePolicy(t *testing.T) {
 	assert.Equal(t, 7, p.MaxInFlight)
 	assert.Equal(t, 2.5, p.ColdBalanceFactor)
 	assert.Equal(t, 256, p.QueueSize)
-	assert.Equal(t, caddy.Duration(30*time.Second), p.QueueTimeout)
+	assert.Equal(t, 30*time.Second, p.QueueTimeout)
 	assert.Equal(t, 1.5, p.BalanceFactor)
 	assert.Equal(t, 1, p.ColdChoices)
 	assert.Equal(t, 3, p.DialTimeoutFails)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmroute/caddy-llmroute/policies"
 	"github.com/llmroute/caddy-llmroute/simengine"
 	"github.com/llmroute/caddy-llmroute/simreplica"
 )
@@ -142,4 +143,41 @@ func TestConcurrentPrefixNotAMiss(t *testing.T) {
 	assert.Equal(t, 1, fb.Misses, "believed, nothing pending, nothing cached: a miss")
 	assert.Equal(t, 1, fb.Concurrent)
 	r.requireDrained(f.addr)
+}
+
+// TestBlockSizeSizesIndex proves, through Caddy against a simulated engine
+// that reports its cache size, that the index sized from the engine counts
+// in llm_route's own block_size: the engine's cache (blocks x tokens per
+// block x ~4 bytes) is half as many 128-byte blocks as 64-byte ones.
+func TestBlockSizeSizesIndex(t *testing.T) {
+	eng := simengine.DefaultConfig()
+	cacheBytes := eng.NumBlocks * eng.BlockSize * policies.BytesPerToken
+	for _, bs := range []int{64, 128} {
+		t.Run(fmt.Sprint(bs), func(t *testing.T) {
+			_, addr := startSim(t, fmt.Sprintf("sim-bs-%d", bs))
+			r := startRouter(t, fmt.Sprintf(`
+	llm_route {
+		block_size %d
+	}
+	reverse_proxy %s {
+		lb_policy llm prefix_load {
+			engine_metrics {
+				interval 50ms
+			}
+		}
+	}`, bs, addr))
+			resp := post(t, r.url("/v1/chat/completions"), "", "", "", chatBody(strings.Repeat("system prompt ", 40), "hi", false))
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			want := cacheBytes / bs
+			var got int
+			waitFor(t, "the index sized from the engine", func() bool {
+				st := r.replica(addr)
+				got = st.IndexCapacity
+				return st.Feedback.FromEngine && got == want
+			})
+			assert.Equal(t, want, got)
+			assert.Equal(t, want, r.replica(addr).Feedback.MaxIndex)
+		})
+	}
 }

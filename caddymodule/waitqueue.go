@@ -2,8 +2,57 @@ package caddymodule
 
 import (
 	"container/list"
+	"net/http"
 	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+
+	"github.com/llmroute/caddy-llmroute/policies"
 )
+
+// wait queues a request that found every usable replica full, bounded by
+// queue_size, until a slot it may use is released (or a cooldown ends),
+// queue_timeout passes or its client leaves. Each wake re-selects under
+// the policy now in charge (live: a reload may have replaced this one).
+func (p *LLMSelection) wait(pool reverseproxy.UpstreamPool, r *http.Request, rc *routeCtx, keys policies.Keys, start time.Time) *reverseproxy.Upstream {
+	if p.queued.Add(1) > int64(p.QueueSize) {
+		p.queued.Add(-1)
+		rc.refuse(rejectQueueFull, time.Second)
+		return nil
+	}
+	defer p.queued.Add(-1)
+	metricQueueDepth.Inc()
+	defer metricQueueDepth.Dec()
+	addrs := make(map[string]struct{}, len(pool))
+	for _, u := range pool {
+		addrs[u.String()] = struct{}{}
+	}
+	w := waiters.add(addrs)
+	defer waiters.remove(w)
+	timer := p.clock.NewTimer(time.Duration(p.QueueTimeout))
+	defer timer.Stop()
+	waitStart := time.Now()
+	defer func() { metricQueueWait.Observe(time.Since(waitStart).Seconds()) }()
+	for {
+		up, res := p.live().trySelect(pool, r, rc, keys, start, true)
+		if up != nil {
+			return up
+		}
+		if res.cooling == res.total {
+			rc.refuse(rejectNoHealthy, res.minCool)
+			return nil
+		}
+		select {
+		case <-w.ch:
+		case <-timer.Chan():
+			rc.refuse(rejectQueueWait, time.Second)
+			return nil
+		case <-r.Context().Done():
+			return nil
+		}
+	}
+}
 
 // waiters is the package-level FIFO of requests waiting for a slot. It lives
 // at package level, like the replica states, so that a slot released by a

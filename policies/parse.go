@@ -328,6 +328,6 @@ func keysResponses(req *Request, b *responsesBody, text *jsonText, cfg ParseConf
 
 // setKeys stores the chain's result in req.
 func setKeys(req *Request, leading uint64, c *sink) {
-	req.Keys = Keys{Leading: leading, Blocks: c.blocks}
+	req.Keys = Keys{Leading: leading, Blocks: c.blocks, BlockBytes: c.size}
 	req.PromptBytes = c.total
 }

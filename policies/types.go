@@ -23,6 +23,9 @@ type Keys struct {
 	// the whole prompt; Blocks[0] is seeded with Leading and every later
 	// block with the one before it. Capped at ParseConfig.MaxBlocks.
 	Blocks []uint64
+	// BlockBytes is the size in bytes of the rendering each block covers
+	// (ParseConfig.BlockSize); a Belief counts its capacity in these blocks.
+	BlockBytes int
 }
 
 // Request is what the router needs to know of one request body.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/llmroute/caddy-llmroute/lab/experiments/workload"
+	"github.com/llmroute/caddy-llmroute/policies"
 	"github.com/llmroute/caddy-llmroute/simengine"
 )
 
@@ -155,21 +156,18 @@ func (r *Result) record(s *Sim, f *flight, ok bool, u simengine.Usage) {
 
 	res := &r.Residency
 	res.Checked++
-	pred := 0
-	if f.req.PromptBytes > 0 {
-		pred = min(f.predicted*s.blockSize*u.PromptTokens/f.req.PromptBytes, u.PromptTokens)
-	}
+	pred := policies.PredictedTokens(f.predicted, s.blockSize, f.req.PromptBytes, u.PromptTokens)
 	res.PredictedTokens += int64(pred)
 	res.TrueTokens += int64(f.trueTok)
 	res.OverlapTokens += int64(min(pred, f.trueTok))
 	res.ReportedTokens += int64(u.CachedTokens)
 	res.OverlapReported += int64(min(pred, u.CachedTokens))
-	switch {
-	case f.predicted > 0 && u.CachedTokens > 0:
+	switch policies.Classify(f.predicted, f.concurrent, u.CachedTokens) {
+	case policies.CheckHit:
 		res.Hits++
-	case f.predicted > 0 && f.concurrent:
+	case policies.CheckConcurrent:
 		res.Concurrent++
-	case f.predicted > 0:
+	case policies.CheckMiss:
 		res.Misses++
 	default:
 		res.Cold++

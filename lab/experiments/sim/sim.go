@@ -6,21 +6,23 @@
 // the engine package's model, the same engine the simulated HTTP replica
 // runs. Engines advance by the durations their steps return; nothing sleeps.
 //
-// What the simulator mirrors from the Caddy module (caddymodule/):
-//   - a per-replica in-flight cap per router, with a router-side FIFO queue
-//     when every replica is full;
-//   - optimistic indexing: the chosen replica's Index gets the request's
-//     blocks at decision time;
+// What the simulator shares with the Caddy module (caddymodule/): the
+// strategies, and the residency belief (policies.Belief), whose rules both
+// call rather than copy:
+//   - optimistic indexing: the chosen replica's belief is told of the
+//     request at decision time (Belief.Place), which also counts it as
+//     pending until its first token;
 //   - engine metrics (optional): every router samples each engine's queue,
 //     running count, KV usage, cache size and prefix-cache counters every
 //     SampleInterval; the queue and KV usage feed Replica.EngineWaiting and
-//     KVUsage, the cache size caps the index (about 4 bytes per token), and
-//     counters going backwards (a restart) purge the index;
-//   - feedback (optional): on each completion the blocks the index
-//     predicted are compared with the cached tokens the engine reported;
-//     a miss shrinks the index capacity by 1/8 (floor 64), a hit grows it
-//     by capacity/64 up to its maximum, and 3 consecutive misses on
-//     predictions of at least 4 blocks purge the replica's index.
+//     KVUsage, and the belief sizes its index from the cache and purges it
+//     when the counters go backwards (Belief.Engine);
+//   - feedback (optional): on each completion the prediction is held
+//     against the cached tokens the engine reported (Belief.Check).
+//
+// What it models the way the module does, with code of its own because the
+// module's is tied to HTTP and wall-clock time: a per-replica in-flight cap
+// per router, with a router-side FIFO queue when every replica is full.
 //
 // Several router instances each keep their own indexes, in-flight counts,
 // queues and samples; the engines are the shared truth.
@@ -96,8 +98,8 @@ type flight struct {
 	done              bool
 	firstSeen         bool
 	// head is the first block of the prompt while counted as pending on
-	// its replica; concurrent is set when another flight of that head was
-	// pending there at dispatch (see replicaView.pending).
+	// its replica's belief; concurrent is set when another flight of that
+	// head was pending there at dispatch (policies.Placement).
 	head       uint64
 	concurrent bool
 }
@@ -106,18 +108,12 @@ type flight struct {
 type replicaView struct {
 	inFlight int
 	prefills int // dispatched, first token not yet seen
-	// pending counts those prefills by the first block of their prompt,
-	// as the module's replicaState.pending does.
-	pending map[uint64]int
-	index   *policies.Index
-	fb      feedback
+	belief   *policies.Belief
 	// last engine sample
-	sampled  bool
-	waiting  int
-	running  int
-	kvUsage  float64
-	queries  uint64
-	maxIndex int // from the engine's cache size, 0 until sampled
+	sampled bool
+	waiting int
+	running int
+	kvUsage float64
 }
 
 type router struct {
@@ -153,7 +149,6 @@ type Sim struct {
 	tokensBuf []uint32
 	res       *Result
 	blockSize int // router block bytes
-	indexMax  int
 	// firstPlace holds, per leading key, the replica each router sent
 	// that key to the first time it saw it (-1: not yet); kept only with
 	// several routers, to measure how often they agree.
@@ -190,10 +185,6 @@ func newSim(cfg Config, w *workload.Workload) (*Sim, error) {
 	if s.blockSize <= 0 {
 		s.blockSize = policies.DefaultBlockSize
 	}
-	s.indexMax = cfg.IndexBlocks
-	if s.indexMax <= 0 {
-		s.indexMax = policies.DefaultIndexCapacity
-	}
 	engines := make([]*simengine.Engine, cfg.Replicas)
 	for i := range cfg.Replicas {
 		e, err := simengine.New(cfg.Engine)
@@ -210,7 +201,7 @@ func newSim(cfg Config, w *workload.Workload) (*Sim, error) {
 		}
 		rt := &router{picker: p, reps: make([]replicaView, cfg.Replicas), view: make([]policies.Replica, cfg.Replicas)}
 		for i := range rt.reps {
-			rt.reps[i].index = policies.NewIndex(s.indexMax)
+			rt.reps[i].belief = policies.NewBelief(cfg.IndexBlocks)
 		}
 		s.rts = append(s.rts, rt)
 		if cfg.EngineMetrics {
@@ -306,7 +297,7 @@ func (s *Sim) buildView(rt *router) []policies.Replica {
 	for i, rp := range s.reps {
 		v := &rt.reps[i]
 		r := policies.Replica{Addr: rp.addr, InFlight: v.inFlight, Cap: s.cfg.Cap,
-			EngineWaiting: -1, EngineRunning: -1, KVUsage: -1, Index: v.index}
+			EngineWaiting: -1, EngineRunning: -1, KVUsage: -1, Index: v.belief.Index()}
 		if s.cfg.EngineMetrics && v.sampled {
 			r.EngineWaiting, r.EngineRunning, r.KVUsage = v.waiting, v.running, v.kvUsage
 		}
@@ -332,21 +323,11 @@ func (s *Sim) dispatch(rt *router, f *flight) bool {
 	rp, v := s.reps[i], &rt.reps[i]
 	f.replica = i
 	s.placeFirst(f, i)
-	f.predicted = v.index.Match(f.req.Keys.Blocks)
 	f.trueTok = rp.eng.CachedPrefixTokens(f.tokens)
-	if len(f.req.Keys.Blocks) > 0 {
-		v.index.Insert(f.req.Keys.Blocks) // optimistic, like the module
-	}
+	pl := v.belief.Place(f.req.Keys) // optimistic, as the module is
+	f.predicted, f.concurrent, f.head = pl.Predicted, pl.Concurrent, pl.Head
 	v.inFlight++
 	v.prefills++
-	if len(f.req.Keys.Blocks) > 0 {
-		f.head = f.req.Keys.Blocks[0]
-		if v.pending == nil {
-			v.pending = map[uint64]int{}
-		}
-		f.concurrent = v.pending[f.head] > 0
-		v.pending[f.head]++
-	}
 	rp.dispatched++
 	if f.arrival != s.now {
 		s.res.queueWait = append(s.res.queueWait, (s.now-f.arrival).Seconds()*1000)
@@ -467,43 +448,37 @@ func (s *Sim) complete(f *flight, ok bool, u simengine.Usage) {
 	}
 }
 
-// sample is router r's scrape of every engine's metrics, applied as the
-// module's replicaState.apply does.
+// sample is router r's scrape of every engine's metrics: the load figures
+// for the strategies, and the cache size and counters for the belief, as
+// the module's scraper hands them on.
 func (s *Sim) sample(r int) {
 	rt := s.rts[r]
 	for i, rp := range s.reps {
 		st := rp.eng.Stats()
 		v := &rt.reps[i]
-		restarted := v.sampled && v.queries > 0 && st.PrefixCacheQueries < v.queries
 		v.sampled = true
-		v.waiting, v.running, v.kvUsage, v.queries = st.Waiting, st.Running, st.KVUsage, st.PrefixCacheQueries
-		// ~4 bytes of text per token: the engine's cache holds about this
-		// many router blocks.
-		v.maxIndex = max(st.NumBlocks*st.BlockSize*4/s.blockSize, 64)
-		if restarted {
-			s.purge(v, &s.res.Residency.PurgesCounters)
-		}
-		if v.index.Capacity() > v.maxIndex {
-			v.index.SetCapacity(v.maxIndex)
+		v.waiting, v.running, v.kvUsage = st.Waiting, st.Running, st.KVUsage
+		if v.belief.Engine(policies.EngineCache{NumBlocks: st.NumBlocks, BlockTokens: st.BlockSize, PrefixQueries: float64(st.PrefixCacheQueries)}) {
+			s.res.Residency.PurgesCounters++
 		}
 	}
 }
 
-func (s *Sim) purge(v *replicaView, counter *int) {
-	v.index.Purge()
-	v.fb.missRun = 0
-	*counter++
+// observe holds f's prediction against the engine's usage, as the
+// module's feedback does.
+func (s *Sim) observe(rt *router, i int, f *flight, u simengine.Usage) {
+	c := rt.reps[i].belief.Check(policies.Check{PredictedBlocks: f.predicted, Concurrent: f.concurrent,
+		CachedTokens: u.CachedTokens, PromptTokens: u.PromptTokens, PromptBytes: f.req.PromptBytes})
+	if c.Purged {
+		s.res.Residency.PurgesMisses++
+	}
 }
 
 // endPrefill ends f's prefilling on v: at its first token or its end.
 func (v *replicaView) endPrefill(f *flight) {
 	v.prefills--
-	if f.head != 0 {
-		if v.pending[f.head]--; v.pending[f.head] <= 0 {
-			delete(v.pending, f.head)
-		}
-		f.head = 0
-	}
+	v.belief.EndPending(f.head)
+	f.head = 0
 }
 
 // placeFirst records where f's router sends f's leading key the first
@@ -554,7 +529,7 @@ func (s *Sim) finish() *Result {
 	}
 	for _, rt := range s.rts {
 		for i := range rt.reps {
-			r.Residency.finalIndexCap += rt.reps[i].index.Capacity()
+			r.Residency.finalIndexCap += rt.reps[i].belief.Index().Capacity()
 			r.Residency.finalIndexN++
 		}
 	}

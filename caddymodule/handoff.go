@@ -1,0 +1,101 @@
+package caddymodule
+
+import (
+	"sync"
+	"time"
+)
+
+// The reload hand-off. A config change through the admin API provisions a
+// new LLMSelection and then cleans up the old one while requests routed by
+// the old one still stream, and others still wait in the queue. Three
+// things keep that seamless:
+//
+//  1. Replica state is package-level (replica.go), keyed by dial address:
+//     the new policy takes references on the same states, so in-flight
+//     counts, cooldowns and beliefs carry over. The old policy's
+//     references are dropped stateGracePeriod after its Cleanup, by which
+//     time the new one has taken its own for every replica it routes to.
+//  2. The wait queue is package-level too (waitqueue.go): a slot freed by
+//     a request the old policy admitted wakes a request the new one
+//     queued, and the other way round.
+//  3. A request queued under the old policy re-selects under the new one
+//     (live): the new limits apply to it at once (a raised cap admits it).
+//     successors maps an upstream set's signature to the newest policy that
+//     has routed for that set (recorded in checkDepartures); until the new
+//     config has routed anything, the only live policy stands in, and with
+//     several live policies the request waits under its own.
+//
+// goLive and retire bracket a policy's life; each wakes the queue so that
+// waiters look again under the policy now in charge.
+
+// stateGracePeriod is how long replica state outlives the last config that
+// referenced it.
+var stateGracePeriod = 2 * time.Minute
+
+// successors maps an upstream-set signature to the newest policy that has
+// routed for that set.
+var successors sync.Map // uint64 -> *LLMSelection
+
+// livePolicies lists the provisioned policies that no reload has retired.
+var livePolicies struct {
+	sync.Mutex
+	list []*LLMSelection
+}
+
+// goLive adds a provisioned policy to the live ones. A reload may have
+// raised a cap: queued requests look again.
+func goLive(p *LLMSelection) {
+	livePolicies.Lock()
+	livePolicies.list = append(livePolicies.list, p)
+	livePolicies.Unlock()
+	waiters.wakeAll()
+}
+
+// retire takes a policy a reload replaced out of the live ones and of the
+// successors, so that requests queued under it move on.
+func retire(p *LLMSelection) {
+	p.retired.Store(true)
+	livePolicies.Lock()
+	for i, q := range livePolicies.list {
+		if q == p {
+			livePolicies.list = append(livePolicies.list[:i], livePolicies.list[i+1:]...)
+			break
+		}
+	}
+	livePolicies.Unlock()
+	successors.Range(func(k, v any) bool {
+		successors.CompareAndDelete(k, p)
+		return true
+	})
+}
+
+// live returns the policy that should decide for a request queued under p:
+// p itself until a reload retires it, then the new config's policy for the
+// same upstream set, or, before that one has routed anything, the only llm
+// policy of the new config (with several, it waits for the first).
+func (p *LLMSelection) live() *LLMSelection {
+	if !p.retired.Load() {
+		return p
+	}
+	if v, ok := successors.Load(p.poolSig.Load()); ok {
+		return v.(*LLMSelection)
+	}
+	livePolicies.Lock()
+	defer livePolicies.Unlock()
+	if len(livePolicies.list) == 1 {
+		return livePolicies.list[0]
+	}
+	return p
+}
+
+// succeed records p as the newest policy routing for the upstream set with
+// signature sig; if it replaces another, requests queued under that one
+// look again under p's limits.
+func (p *LLMSelection) succeed(sig uint64) {
+	if p.retired.Load() {
+		return
+	}
+	if old, loaded := successors.Swap(sig, p); loaded && old != p {
+		waiters.wakeAll()
+	}
+}

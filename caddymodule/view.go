@@ -1,0 +1,104 @@
+package caddymodule
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+
+	"github.com/llmroute/caddy-llmroute/policies"
+)
+
+// selectResult summarises a failed selection.
+type selectResult struct {
+	total, cooling int
+	minCool        time.Duration
+}
+
+// trySelect builds the replicas' view, asks the strategy, reserves a slot
+// on its pick and starts the attempt there. A lost race for the last slot
+// makes it ask again without that replica, at most once per replica.
+// queued says that pool is as old as the request's wait in the queue: with
+// dynamic upstreams it may predate a join or a departure, so it neither
+// decides departures (that would purge and drop a replica that joined
+// since, whose fresh state would then forget its slow start and in-flight
+// count) nor brings back a replica that left since.
+func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request, rc *routeCtx, keys policies.Keys, start time.Time, queued bool) (*reverseproxy.Upstream, selectResult) {
+	now := p.clock.Now()
+	var buf [16]policies.Replica
+	view := buf[:0]
+	var sbuf [16]*replicaState
+	states := sbuf[:0]
+	var res selectResult
+	res.total = len(pool)
+	var gone map[string]bool
+	if queued {
+		gone = p.departedOf(pool)
+	} else {
+		p.checkDepartures(pool)
+	}
+	for _, u := range pool {
+		addr := u.String()
+		if gone[addr] {
+			res.cooling++
+			view = append(view, policies.Replica{Addr: addr, Unavailable: true, EngineWaiting: -1, EngineRunning: -1, KVUsage: -1})
+			states = append(states, nil)
+			continue
+		}
+		st := p.state(addr)
+		limit := p.MaxInFlight
+		if u.MaxRequests > 0 && (limit == 0 || u.MaxRequests < limit) {
+			limit = u.MaxRequests
+		}
+		limit = st.slowStartLimit(now, limit, time.Duration(p.SlowStart))
+		v := st.snapshot(now, limit)
+		down := v.avail == availCooling || !u.Healthy() || rc.wasTried(addr)
+		unavailable := down || v.avail == availProbing
+		if down {
+			res.cooling++
+			if v.coolLeft > 0 && (res.minCool == 0 || v.coolLeft < res.minCool) {
+				res.minCool = v.coolLeft
+			}
+		}
+		view = append(view, policies.Replica{
+			Addr:          addr,
+			InFlight:      v.inFlight,
+			Prefilling:    v.prefilling,
+			Cap:           limit,
+			Unavailable:   unavailable,
+			EngineWaiting: v.waiting,
+			EngineRunning: v.running,
+			KVUsage:       v.kv,
+			Index:         st.belief.Index(),
+		})
+		if v.avail == availFull {
+			// Full is expressed through InFlight >= Cap so strategies see it.
+			view[len(view)-1].InFlight = max(v.inFlight, limit)
+		}
+		states = append(states, st)
+	}
+	for range len(view) {
+		i := p.strategy.Pick(keys, view)
+		if i < 0 {
+			break
+		}
+		a, ok := states[i].reserve(now, view[i].Cap, &p.rules)
+		if !ok {
+			view[i].Unavailable = true
+			continue
+		}
+		if !rc.begin(a) {
+			return nil, res
+		}
+		a.placeKeys(keys)
+		clearAttemptPlaceholders(r)
+		if body, ok := rc.attemptBody(); ok {
+			r.Body = body
+		}
+		if p.decision != nil {
+			p.decision.Observe(time.Since(start).Seconds())
+		}
+		return pool[i], res
+	}
+	return nil, res
+}
