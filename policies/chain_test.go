@@ -62,6 +62,8 @@ func TestChainIsolation(t *testing.T) {
 		{"cache salt", mustParse(t, chat, body(`,"cache_salt":"tenant-a"`, "m"), ParseConfig{Deployment: "d"})},
 		{"tools", mustParse(t, chat, body(`,"tools":[]`, "m"), ParseConfig{Deployment: "d"})},
 	}
+	// 1,100 bytes of prompt: blocks whose isolation the subtests check.
+	require.GreaterOrEqual(t, len(base.Keys.Blocks), 8)
 	seen := map[uint64]bool{}
 	for _, b := range base.Keys.Blocks {
 		seen[b] = true

@@ -8,14 +8,23 @@ import (
 	"testing"
 )
 
-func parseBoth(t *testing.T, body []byte, cfg ParseConfig) {
+// parseBoth checks the fast path against the general one (encoding/json)
+// on body and reports whether the fast path accepted it. Accepted, its
+// answer must be the general path's; declined, Parse must still answer
+// exactly as the general path does.
+func parseBoth(t *testing.T, body []byte, cfg ParseConfig) (accepted bool) {
 	t.Helper()
+	defer func(old bool) { useFastChat = old }(useFastChat)
 	useFastChat = false
 	slow, errS := Parse("/v1/chat/completions", body, cfg)
 	useFastChat = true
+	routed, errR := Parse("/v1/chat/completions", body, cfg)
 	fast, ok := fastChat(body, cfg.withDefaults())
 	if !ok {
-		return
+		if fmt.Sprint(errR) != fmt.Sprint(errS) || !reflect.DeepEqual(slow, routed) {
+			t.Fatalf("fast path declined but Parse differs from the general path on %q:\ngeneral %+v (%v)\nParse   %+v (%v)", body, slow, errS, routed, errR)
+		}
+		return false
 	}
 	if errS != nil {
 		t.Fatalf("fast path accepted a body the general path rejects (%v): %q", errS, body)
@@ -23,29 +32,57 @@ func parseBoth(t *testing.T, body []byte, cfg ParseConfig) {
 	if !reflect.DeepEqual(slow, fast) {
 		t.Fatalf("mismatch on %q:\nslow %+v\nfast %+v", body, slow, fast)
 	}
+	if errR != nil || !reflect.DeepEqual(routed, fast) {
+		t.Fatalf("Parse did not return the fast path's answer on %q: %+v (%v)", body, routed, errR)
+	}
+	return true
+}
+
+// fastChatBodies are well-formed chat bodies of the kind the fast path is
+// for (string or null contents, ordinary and unknown fields, escapes,
+// spaces): it must accept every one, so that comparing it with the
+// general path on them compares something.
+var fastChatBodies = []string{
+	`{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`,
+	`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"x"}]}`,
+	`{"model":"m","stream":false,"messages":[{"role":"user","content":"x"}]}`,
+	`{"model":"m","messages":[{"role":"user","content":"caf\u00e9 \ud83d\ude00 \ud800 \n\t\"\\"}]}`,
+	`{"model":"m","cache_salt":"s","tools":[{"type":"function","x":[1,2.5e3,-0.1,true,null]}],"messages":[{"role":"developer","content":"d"},{"role":"user","content":null}]}`,
+	`{"model":"m","functions":{"a":1},"tools":null,"messages":[{"role":"user","content":"q","extra":{"k":[]}}]}`,
+	`{"model":"m","messages":[{"role":"user","content":"q\u0001"}]}`,
+	`{"model":"m","n":-1.5E+3,"messages":[{"role":"user","content":"q"}]}`,
+	` { "model" : "m" , "messages" : [ { "role" : "user" , "content" : "q" } ] } `,
+	"{\n\t\"model\": \"m\",\r\n\t\"messages\": [{\"role\": \"user\", \"content\": \"q\"}]\n}",
+	`{"model":"m","max_tokens":64,"temperature":0.7,"top_p":1,"user":"u","stop":["\n"],"metadata":{"a":{"b":[{}]}},"messages":[{"role":"user","content":"q"}]}`,
+	`{"messages":[{"content":"hi","role":"user"}],"model":"m"}`,
+	`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"u1"},{"role":"assistant","content":"a1"},{"role":"user","content":"u2"}]}`,
+	`{"model":"m","messages":[{"role":"user","content":"ünïcödé raw, 世界 \/ slash"}]}`,
+	`{"model":"m","messages":[{"role":"user","content":""}]}`,
+	`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a long shared system prompt. ", 200) + `"}]}`,
 }
 
 func TestFastChatMatchesGeneral(t *testing.T) {
 	cfg := ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64}
+	for _, b := range fastChatBodies {
+		for _, c := range []ParseConfig{cfg, {}} {
+			if !parseBoth(t, []byte(b), c) {
+				t.Errorf("fast path declined a body it is meant for (cfg %+v): %q", c, b)
+			}
+		}
+	}
+	// Bodies it may decline (odd shapes, duplicates, case-folded keys,
+	// invalid JSON); where it accepts one it must still agree.
 	bodies := []string{
-		`{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`,
-		`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"x"}]}`,
 		`{"model":"m","stream":1,"stream_options":{"include_usage":true,"include_usage":false},"messages":[{"role":"user","content":"x"}]}`,
-		`{"model":"m","messages":[{"role":"user","content":"caf\u00e9 \ud83d\ude00 \ud800 \n\t\"\\"}]}`,
-		`{"model":"m","cache_salt":"s","tools":[{"type":"function","x":[1,2.5e3,-0.1,true,null]}],"messages":[{"role":"developer","content":"d"},{"role":"user","content":null}]}`,
-		`{"model":"m","functions":{"a":1},"tools":null,"messages":[{"role":"user","content":"q","extra":{"k":[]}}]}`,
 		`{"Model":"m","messages":[{"role":"user","content":"q"}]}`,
 		`{"model":"m","messages":[{"Role":"user","content":"q"}]}`,
 		`{"model":"m","messages":[{"role":"user","content":"q"}]} x`,
-		`{"model":"m","messages":[{"role":"user","content":"q\u0001"}]}`,
 		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\x01b\"}]}",
 		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"caf\xc3\xa9 \xff\"}]}",
 		`{"model":"m","n":01,"messages":[{"role":"user","content":"q"}]}`,
 		`{"model":"m","n":1.,"messages":[{"role":"user","content":"q"}]}`,
-		`{"model":"m","n":-1.5E+3,"messages":[{"role":"user","content":"q"}]}`,
 		`{"model":"m","s":"\x","messages":[{"role":"user","content":"q"}]}`,
 		`{"model":"m","s":"\u12G4","messages":[{"role":"user","content":"q"}]}`,
-		` { "model" : "m" , "messages" : [ { "role" : "user" , "content" : "q" } ] } `,
 		`{"model":"m","messages":[{"role":"","content":"q"}]}`,
 		`{"model":"","messages":[{"role":"u","content":"q"}]}`,
 		`{"model":"m","messages":[]}`,
@@ -55,15 +92,21 @@ func TestFastChatMatchesGeneral(t *testing.T) {
 		`{"model":"m","messages":[{"role":"user","content":"q"},]}`,
 		`{"model":"m","messages":[{"role":"user","content":"q"}],}`,
 		`{"model":"m","messages":[{"role":"user","content":"q"}]`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"q"}]}]}`,
+		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[]}]}`,
 	}
 	for _, b := range bodies {
 		parseBoth(t, []byte(b), cfg)
 		parseBoth(t, []byte(b), ParseConfig{})
 	}
-	// Random bodies and every truncation and single-byte mutation of them.
+	// Random well-formed bodies, every one of which the fast path must
+	// accept, and truncations and single-byte mutations of them, some of
+	// which it accepts.
 	r := rand.New(rand.NewPCG(3, 4))
 	alpha := []string{"a", " ", "\\n", "\\\"", "\\u00e9", "é", "x y", "{", "}", "[", "]", ",", ":", "\\\\"}
-	for iter := 0; iter < 300; iter++ {
+	const iters = 300
+	var whole, cuts, cutsAccepted, muts, mutsAccepted int
+	for iter := 0; iter < iters; iter++ {
 		var sb strings.Builder
 		fmt.Fprintf(&sb, `{"model":"m%d","stream":%v,"messages":[`, iter%3, iter%2 == 0)
 		n := 1 + r.IntN(4)
@@ -80,20 +123,56 @@ func TestFastChatMatchesGeneral(t *testing.T) {
 		}
 		sb.WriteString(`],"temperature":0.7}`)
 		body := []byte(sb.String())
-		parseBoth(t, body, cfg)
+		if parseBoth(t, body, cfg) {
+			whole++
+		} else if whole == iter {
+			t.Errorf("fast path declined a well-formed generated body: %q", body)
+		}
 		for cut := 0; cut < len(body); cut += 1 + r.IntN(5) {
-			parseBoth(t, body[:cut], cfg)
+			cuts++
+			if parseBoth(t, body[:cut], cfg) {
+				cutsAccepted++
+			}
 			m := append([]byte(nil), body...)
 			m[cut] = "{}[],:\"\\ a0-e.tfn\x01\xff"[r.IntN(18)]
-			parseBoth(t, m, cfg)
+			muts++
+			if parseBoth(t, m, cfg) {
+				mutsAccepted++
+			}
 		}
+	}
+	t.Logf("fast path accepted %d/%d generated bodies, %d/%d truncations, %d/%d mutations", whole, iters, cutsAccepted, cuts, mutsAccepted, muts)
+	if whole != iters {
+		t.Errorf("fast path accepted %d of %d well-formed generated bodies, want all", whole, iters)
+	}
+	if cutsAccepted != 0 {
+		t.Errorf("fast path accepted %d truncated bodies", cutsAccepted)
+	}
+	// A mutation inside a content string mostly leaves the body valid:
+	// the comparison must have run on a fair share of them.
+	if mutsAccepted*5 < muts {
+		t.Errorf("fast path accepted only %d of %d mutated bodies, want at least a fifth", mutsAccepted, muts)
 	}
 }
 
+// FuzzFastChat checks, for any body, that an accepted body parses exactly
+// as the general path parses it and that a declined one still gets the
+// general path's answer. Its seeds are bodies the fast path is meant for,
+// and each must be accepted: a fast path that declined everything would
+// pass the property vacuously.
 func FuzzFastChat(f *testing.F) {
-	f.Add([]byte(`{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`))
+	mustAccept := map[string]bool{}
+	for _, b := range fastChatBodies {
+		f.Add([]byte(b))
+		mustAccept[b] = true
+	}
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"q"}]}]}`))
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"q"}],"messages":[]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		parseBoth(t, body, ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64})
+		accepted := parseBoth(t, body, ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64})
+		if !accepted && mustAccept[string(body)] {
+			t.Fatalf("fast path declined a seed it is meant for: %q", body)
+		}
 	})
 }
 

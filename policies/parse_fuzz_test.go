@@ -9,43 +9,73 @@ import (
 // fuzzPaths are the paths FuzzParse chooses from.
 var fuzzPaths = []string{"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/responses/"}
 
+// Outcomes a FuzzParse seed must have besides a NoPrefix reason.
+const (
+	seedKeys  = "keys"  // parsed, with prefix keys
+	seedError = "error" // ErrMalformedJSON or ErrMissingModel
+)
+
+// seedKey names a FuzzParse seed.
+type seedKey struct {
+	path uint8
+	body string
+}
+
 // FuzzParse checks that Parse never panics, errs only with its two
 // sentinels on known endpoints, and returns self-consistent keys. Its seed
-// corpus runs with every go test.
+// corpus runs with every go test, and each seed must have its own outcome
+// (keys, a given NoPrefix reason, or an error), so that every branch of
+// the property is taken: a Parse that failed every body would otherwise
+// pass.
 func FuzzParse(f *testing.F) {
 	seeds := []struct {
 		path int
 		body string
+		want string // seedKeys, seedError or the NoPrefix reason
 	}{
-		{0, `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`},
-		{0, `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":[{"type":"text","text":"what"},{"type":"image_url","image_url":{"url":"u"}}]}]}`},
-		{0, `{"model":"m","tools":[{"type":"function"}],"messages":[{"role":"developer","content":"d"},{"role":"assistant","tool_calls":[{"id":"c","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}]}`},
-		{0, `{"model":"m","messages":"hello"}`},
-		{0, `{"model":"m","messages":[{"role":"user","content":42}]}`},
-		{0, `{"model":"m","messages":[1,[2],{"role":null}]}`},
-		{0, `{"messages":[]}`},
-		{0, `[1,2,3]`},
-		{0, `{"model":"m","messages":[{"role":"user","content":"caf\u00e9 \ud83d\ude00 \ud800 \n\t\"\\"}]}`},
-		{1, `{"model":"m","prompt":"once upon a time"}`},
-		{1, `{"model":"m","prompt":["a","b"]}`},
-		{1, `{"model":"m","prompt":[1,2,3]}`},
-		{1, `{"model":"m","prompt":[[1,2],[3]]}`},
-		{1, `{"model":"m","prompt":[[1,"x"]]}`},
-		{2, `{"model":"m","instructions":"be brief","input":"hi"}`},
-		{2, `{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"ok"},{"type":"reasoning","id":"r","summary":[]}]}`},
-		{2, `{"model":"m","input":{"x":1}}`},
-		{2, `{"model":"m","input":[null,"s"]}`},
-		{3, `{"model":"e","input":"x"}`},
-		{3, ``},
-		{4, `not json`},
+		{0, `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`, seedKeys},
+		{0, `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":[{"type":"text","text":"what"},{"type":"image_url","image_url":{"url":"u"}}]}]}`, seedKeys},
+		{0, `{"model":"m","tools":[{"type":"function"}],"messages":[{"role":"developer","content":"d"},{"role":"assistant","tool_calls":[{"id":"c","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}]}`, seedKeys},
+		{0, `{"model":"m","messages":"hello"}`, NoPrefixMessagesShape},
+		{0, `{"model":"m","messages":[{"role":"user","content":42}]}`, NoPrefixContentShape},
+		{0, `{"model":"m","messages":[1,[2],{"role":null}]}`, NoPrefixMessagesShape},
+		{0, `{"messages":[]}`, seedError},
+		{0, `[1,2,3]`, seedError},
+		{0, `{"model":"m","messages":[{"role":"user","content":"caf\u00e9 \ud83d\ude00 \ud800 \n\t\"\\"}]}`, seedKeys},
+		{1, `{"model":"m","prompt":"once upon a time"}`, seedKeys},
+		{1, `{"model":"m","prompt":["a","b"]}`, seedKeys},
+		{1, `{"model":"m","prompt":[1,2,3]}`, seedKeys},
+		{1, `{"model":"m","prompt":[[1,2],[3]]}`, seedKeys},
+		{1, `{"model":"m","prompt":[[1,"x"]]}`, NoPrefixPromptShape},
+		{2, `{"model":"m","instructions":"be brief","input":"hi"}`, seedKeys},
+		{2, `{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"ok"},{"type":"reasoning","id":"r","summary":[]}]}`, seedKeys},
+		{2, `{"model":"m","input":{"x":1}}`, NoPrefixInputShape},
+		{2, `{"model":"m","input":[null,"s"]}`, NoPrefixInputShape},
+		{3, `{"model":"e","input":"x"}`, NoPrefixEndpoint},
+		{3, ``, NoPrefixEndpoint},
+		{4, `not json`, seedError},
 	}
+	want := map[seedKey]string{}
 	for _, s := range seeds {
 		f.Add(uint8(s.path), []byte(s.body))
+		want[seedKey{uint8(s.path), s.body}] = s.want
 	}
 	cfg := ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64}
 	f.Fuzz(func(t *testing.T, p uint8, body []byte) {
 		path := fuzzPaths[int(p)%len(fuzzPaths)]
 		req, err := Parse(path, body, cfg)
+		if w, ok := want[seedKey{p, string(body)}]; ok {
+			got := seedKeys
+			switch {
+			case err != nil:
+				got = seedError
+			case req.NoPrefix != "":
+				got = req.NoPrefix
+			}
+			if got != w {
+				t.Fatalf("seed %s %q: outcome %q (error %v), want %q", path, body, got, err, w)
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, ErrMalformedJSON) && !errors.Is(err, ErrMissingModel) {
 				t.Fatalf("unexpected error %v", err)

@@ -216,17 +216,29 @@ func TestPrefixLoadInstancesAgree(t *testing.T) {
 		rb[i].InFlight = i % 3
 	}
 	ra[3].InFlight, rb[3].InFlight = 30, 30 // over the bound in both
+	// Agreement on a constant answer would prove nothing: the picks must
+	// spread over the replicas, and some must spill from their home.
+	picked := map[int]bool{}
+	spills := 0
 	for k := uint64(1); k <= 300; k++ {
 		keys := Keys{Leading: mix64(k), Blocks: []uint64{mix64(k + 1e6), mix64(k + 2e6)}}
 		pa, pb := a.Pick(keys, ra), b.Pick(keys, rb)
 		require.Equal(t, pa, pb, "key %d", k)
+		require.GreaterOrEqual(t, pa, 0, "key %d", k)
 		assert.NotEqual(t, 3, pa)
+		picked[pa] = true
+		if pa != ranked(keys.Leading, ra)[0] {
+			spills++
+		}
 		if k%2 == 0 { // only instance a learns the follow-up
 			ra[pa].Index.Insert(keys.Blocks)
 			assert.Equal(t, pa, a.Pick(keys, ra))
 			assert.Equal(t, pa, b.Pick(keys, rb))
 		}
 	}
+	t.Logf("300 keys: %d replicas picked, %d spilled from home", len(picked), spills)
+	assert.GreaterOrEqual(t, len(picked), 12, "replicas picked")
+	assert.GreaterOrEqual(t, spills, 10, "keys spilled from their home")
 }
 
 // benchChat returns a chat body of about size bytes: a system prompt of a

@@ -167,7 +167,7 @@ func TestPinnedBlocksAreNotEvicted(t *testing.T) {
 	for i := range 6 {
 		require.NoError(t, e.Submit(Request{ID: uint64(i + 1), Prompt: synth(uint64(i+1), 33), MaxTokens: 1}))
 	}
-	xDone := false
+	xDone, xChecked := false, 0
 	drive(t, e, 0, 1000, func(_ time.Duration, evs []Event) {
 		for _, ev := range evs {
 			if ev.ID == 100 && ev.Kind == EventFinished {
@@ -177,11 +177,15 @@ func TestPinnedBlocksAreNotEvicted(t *testing.T) {
 		}
 		if !xDone {
 			assert.Equal(t, 2, e.kv.matchLen(xHashes), "running sequence's prompt blocks stay cached")
+			xChecked++
 		}
 		st := e.Stats()
 		assert.LessOrEqual(t, st.UsedBlocks, st.NumBlocks)
 	})
 	assert.True(t, xDone)
+	// x takes at least 20 steps (one token each); its blocks were checked
+	// after every one but the step it finished on.
+	assert.GreaterOrEqual(t, xChecked, 19, "steps checked while x ran")
 	assert.Positive(t, e.Stats().Evictions, "the churn did evict other blocks")
 }
 

@@ -33,6 +33,9 @@ func streamTTFT(t *testing.T, r *replica, prompt string, headers ...string) (tim
 	})
 	require.NoError(t, st.err)
 	require.True(t, st.done)
+	// The callers compare these times: a stream without a content chunk
+	// would leave ttft zero and make any "cold > k*hit" hold.
+	require.Positive(t, ttft, "no content chunk in the stream")
 	u := st.chunks[len(st.chunks)-1]["usage"].(map[string]any)
 	details := u["prompt_tokens_details"].(map[string]any)
 	return ttft, int(details["cached_tokens"].(float64))

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -56,7 +57,12 @@ func TestDeterministic(t *testing.T) {
 			cfg.Routers = 2
 			cfg.Restarts = []Restart{{At: 3 * time.Second, Replica: 1}}
 			// Fresh workloads: nothing memoised may leak between runs.
-			a, _ := json.Marshal(mustRun(t, cfg, mk()))
+			ra := mustRun(t, cfg, mk())
+			// Two empty results would be equal too.
+			if ra.Completed == 0 || ra.Restarts != 1 {
+				t.Fatalf("%s: %d completed, %d restarts: nothing to compare", p, ra.Completed, ra.Restarts)
+			}
+			a, _ := json.Marshal(ra)
 			b, _ := json.Marshal(mustRun(t, cfg, mk()))
 			if string(a) != string(b) {
 				t.Fatalf("%s: two runs with the same seed differ:\n%s\n%s", p, a, b)
@@ -148,10 +154,12 @@ func TestOracleHitsMost(t *testing.T) {
 	// prefix_load: see docs/experiments.md.)
 	w := sharedPrefix(t, 1200, 4)
 	or := mustRun(t, config("oracle", 192), w)
+	var compared []string
 	for _, p := range Policies {
 		if p == "oracle" {
 			continue
 		}
+		compared = append(compared, p)
 		r := mustRun(t, config(p, 192), w)
 		// The oracle is greedy (it takes the longest true hit now, not the
 		// placement that maximises later hits), so a policy may tie it
@@ -160,6 +168,16 @@ func TestOracleHitsMost(t *testing.T) {
 		if r.TokenHitRate > or.TokenHitRate+0.005 {
 			t.Errorf("%s hit rate %.4f above the oracle's %.4f", p, r.TokenHitRate, or.TokenHitRate)
 		}
+	}
+	// The loop skips only the oracle: every policy the hint serves was
+	// compared with it.
+	for _, p := range []string{"round_robin", "prefix_affinity", "least_load", "prefix_load"} {
+		if !slices.Contains(compared, p) {
+			t.Errorf("%s was not compared with the oracle (compared %v)", p, compared)
+		}
+	}
+	if len(compared) != len(Policies)-1 {
+		t.Errorf("compared %v of %v with the oracle", compared, Policies)
 	}
 	rr := mustRun(t, config("round_robin", 192), w)
 	if or.TokenHitRate < rr.TokenHitRate+0.2 {
