@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
 	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
-	"github.com/llmroute/caddy-llmroute/internal/soak"
 )
 
 // holdSlot opens a step-held stream and reads its first chunk, so that it
@@ -83,7 +83,7 @@ func TestQueueOverflow(t *testing.T) {
 	queuedID := newID(t)
 	queued := make(chan *result, 1)
 	go func() { queued <- e.do(queuedID, chatBody(true, false, "I wait in line"), nil) }()
-	e.waitState(5*time.Second, "one queued request", func(st soak.State) bool { return st.Queued == 1 })
+	e.waitState(5*time.Second, "one queued request", func(st stateapi.State) bool { return st.Queued == 1 })
 
 	id := newID(t)
 	start := time.Now()
@@ -361,7 +361,7 @@ func failOnce(t *testing.T, e *env, addr string) {
 		assert.GreaterOrEqual(t, retryAfter(res), 1)
 		assert.Equal(t, before, e.tracker.Total(), "a cooling replica must not be contacted")
 	}
-	rs := e.waitState(3*time.Second, "cooldown over", func(st soak.State) bool {
+	rs := e.waitState(3*time.Second, "cooldown over", func(st stateapi.State) bool {
 		r, _ := st.Replica(addr)
 		return !r.Cooling
 	}).Replicas[0]
@@ -432,7 +432,7 @@ func openHeldProbe(t *testing.T, e *env, addr string, chunks int) *heldProbe {
 		p.s.finish()
 	})
 	require.True(t, e.tracker.WaitReceived(p.id, 1, 5*time.Second), "the probe did not reach the replica")
-	e.waitState(2*time.Second, "probe held before its headers", func(st soak.State) bool {
+	e.waitState(2*time.Second, "probe held before its headers", func(st stateapi.State) bool {
 		r, _ := st.Replica(addr)
 		return r.Probing && st.TotalInFlight == 1
 	})
@@ -522,7 +522,7 @@ func TestCooldownEndsWithSingleProbe(t *testing.T) {
 
 		e.tracker.Cut(probe.id)
 		requireStreamBroken(t, s.finish())
-		st := e.waitState(2*time.Second, "cooldown after the broken probe stream", func(st soak.State) bool {
+		st := e.waitState(2*time.Second, "cooldown after the broken probe stream", func(st stateapi.State) bool {
 			r, _ := st.Replica(addr)
 			return r.Cooling
 		})
@@ -588,7 +588,7 @@ func TestQueuedRequestsRefusedWhenAllReplicasStartCooling(t *testing.T) {
 		e := newEnv(t, 1, nil, cfg)
 		holder, s, _ := holdSlot(t, e, 4)
 		others := sendOthers(t, e, n, "queued behind a stream that breaks")
-		e.waitState(5*time.Second, "all queued", func(st soak.State) bool { return st.Queued == n })
+		e.waitState(5*time.Second, "all queued", func(st stateapi.State) bool { return st.Queued == n })
 		before := e.tracker.Total()
 
 		e.tracker.Cut(holder)
@@ -620,7 +620,7 @@ func TestQueuedRequestsRefusedWhenAllReplicasStartCooling(t *testing.T) {
 				})
 			}()
 			require.True(t, e.tracker.WaitReceived(probeID, 1, 5*time.Second))
-			e.waitState(2*time.Second, "probe held before its headers", func(st soak.State) bool {
+			e.waitState(2*time.Second, "probe held before its headers", func(st stateapi.State) bool {
 				r, _ := st.Replica(addr)
 				return r.Probing
 			})

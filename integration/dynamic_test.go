@@ -16,9 +16,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
+	"github.com/llmroute/caddy-llmroute/internal/caddyproc"
 	"github.com/llmroute/caddy-llmroute/internal/dnsstub"
 	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
-	"github.com/llmroute/caddy-llmroute/internal/soak"
+	"github.com/llmroute/caddy-llmroute/internal/netx"
 )
 
 // The dynamic tests run caddy with a real `dynamic a` or `dynamic srv`
@@ -52,7 +54,7 @@ type dynEnv struct {
 // inDNS of them, and starts caddy with a dynamic source of kind ("a": the
 // replicas on 127.0.0.2, 127.0.0.3, ... with one port; "srv": distinct
 // ports on 127.0.0.1 behind targets r0.llm.test., r1.llm.test., ...).
-func newDynEnv(t *testing.T, kind string, n, inDNS int, cfg soak.SiteConfig) *dynEnv {
+func newDynEnv(t *testing.T, kind string, n, inDNS int, cfg caddyproc.SiteConfig) *dynEnv {
 	t.Helper()
 	dns, err := dnsstub.Start()
 	require.NoError(t, err)
@@ -99,7 +101,7 @@ func newDynEnv(t *testing.T, kind string, n, inDNS int, cfg soak.SiteConfig) *dy
 // spread over all n.
 func (d *dynEnv) warmUp(n int) []string {
 	t := d.t
-	d.waitSeen("start", func(st soak.State) bool { return len(st.Replicas) == n })
+	d.waitSeen("start", func(st stateapi.State) bool { return len(st.Replicas) == n })
 	before := d.route("warm", dynK, "first question")
 	homes := map[string]int{}
 	for _, r := range before {
@@ -114,7 +116,7 @@ func (d *dynEnv) warmUp(n int) []string {
 func (d *dynEnv) startSamePort(n int) {
 	t := d.t
 	for try := 0; try < 20; try++ {
-		addr, err := soak.FreeAddr()
+		addr, err := netx.FreeAddr()
 		require.NoError(t, err)
 		_, port, _ := net.SplitHostPort(addr)
 		var reps []*fakereplica.Replica
@@ -202,7 +204,7 @@ func (d *dynEnv) route(tag string, k int, user string) []string {
 
 // waitSeen sends probe requests until cond holds of the router state
 // (bounded): caddy refreshes a dynamic source only when a request asks.
-func (d *dynEnv) waitSeen(what string, cond func(soak.State) bool) time.Duration {
+func (d *dynEnv) waitSeen(what string, cond func(stateapi.State) bool) time.Duration {
 	t := d.t
 	start := time.Now()
 	for i := range 100 {
@@ -217,7 +219,7 @@ func (d *dynEnv) waitSeen(what string, cond func(soak.State) bool) time.Duration
 	return 0
 }
 
-func dynConfig(slowStart time.Duration) soak.SiteConfig {
+func dynConfig(slowStart time.Duration) caddyproc.SiteConfig {
 	cfg := baseConfig()
 	cfg.Strategy = "prefix_load"
 	cfg.MaxInFlight = 8
@@ -435,8 +437,8 @@ func dynamicLeave(t *testing.T, kind string) {
 	// The leaver leaves DNS; wait until llmroute noticed: it stays listed,
 	// draining, its index purged, its held streams still counted.
 	d.withdraw(li)
-	var during soak.State
-	took := d.waitSeen("leave", func(st soak.State) bool {
+	var during stateapi.State
+	took := d.waitSeen("leave", func(st stateapi.State) bool {
 		during = st
 		r, ok := st.Replica(leaver)
 		return ok && r.Draining
@@ -487,7 +489,7 @@ func dynamicLeave(t *testing.T, kind string) {
 }
 
 // waitIdle waits until no reservation is held and nothing queued.
-func (d *dynEnv) waitIdle() soak.State {
+func (d *dynEnv) waitIdle() stateapi.State {
 	ctx, cancel := context.WithTimeout(context.Background(), idleWait+5*time.Second)
 	defer cancel()
 	st, err := d.caddy.WaitIdle(ctx, idleWait)

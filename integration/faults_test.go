@@ -10,13 +10,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
 	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
-	"github.com/llmroute/caddy-llmroute/internal/soak"
+	"github.com/llmroute/caddy-llmroute/internal/netx"
 )
 
 // closedAddr returns a loopback address nothing listens on.
 func closedAddr(t *testing.T) string {
-	addr, err := soak.FreeAddr()
+	addr, err := netx.FreeAddr()
 	require.NoError(t, err)
 	return addr
 }
@@ -255,7 +256,7 @@ func TestDeathMidStream(t *testing.T) {
 			require.True(t, ok)
 			require.Len(t, rcs, 1, "no retry after the first byte")
 			assert.Equal(t, fakereplica.OutcomeCut, rcs[0].Outcome)
-			st := e.waitState(2*time.Second, "cooldown", func(st soak.State) bool {
+			st := e.waitState(2*time.Second, "cooldown", func(st stateapi.State) bool {
 				r, _ := st.Replica(rcs[0].Replica)
 				return r.Cooling
 			})

@@ -6,7 +6,7 @@
 package integration
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,8 +27,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
+	"github.com/llmroute/caddy-llmroute/internal/caddyproc"
 	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
-	"github.com/llmroute/caddy-llmroute/internal/soak"
+	"github.com/llmroute/caddy-llmroute/internal/netx"
+	"github.com/llmroute/caddy-llmroute/internal/openai"
+	"github.com/llmroute/caddy-llmroute/internal/sse"
 )
 
 // caddyBin is the caddy binary under test: $LLMROUTE_CADDY, or the
@@ -96,8 +100,8 @@ type env struct {
 	t       *testing.T
 	tracker *fakereplica.Tracker
 	reps    []*fakereplica.Replica
-	cfg     soak.SiteConfig
-	caddy   *soak.Caddy
+	cfg     caddyproc.SiteConfig
+	caddy   *caddyproc.Caddy
 	url     string
 	client  *http.Client
 
@@ -107,8 +111,8 @@ type env struct {
 
 // baseConfig is the config most cases start from: round_robin (so that
 // which replica goes first is predictable), caps small enough to reach.
-func baseConfig() soak.SiteConfig {
-	return soak.SiteConfig{
+func baseConfig() caddyproc.SiteConfig {
+	return caddyproc.SiteConfig{
 		APIKey:                apiKey,
 		MaxBodyBytes:          "64KiB",
 		ReplicaHdr:            replicaHdr,
@@ -128,7 +132,7 @@ func baseConfig() soak.SiteConfig {
 // extra upstream addresses (for example a closed port), and caddy with cfg
 // (Upstreams, AdminAddr and ListenAddr are filled in). Everything stops
 // when the test ends; the after-case checks run first.
-func newEnv(t *testing.T, n int, extra []string, cfg soak.SiteConfig, opts ...fakereplica.Options) *env {
+func newEnv(t *testing.T, n int, extra []string, cfg caddyproc.SiteConfig, opts ...fakereplica.Options) *env {
 	t.Helper()
 	e := &env{t: t, tracker: fakereplica.NewTracker(), results: map[string]*result{}}
 	for i := range n {
@@ -154,18 +158,18 @@ func (e *env) rep(i int) *fakereplica.Replica { return e.reps[i] }
 // start runs caddy with cfg on fresh loopback addresses (filled into
 // e.cfg), stopped when the test ends with its log tail on failure, and
 // sets e.url and a client for its site.
-func (e *env) start(cfg soak.SiteConfig) {
+func (e *env) start(cfg caddyproc.SiteConfig) {
 	t := e.t
 	t.Helper()
 	var err error
-	cfg.AdminAddr, err = soak.FreeAddr()
+	cfg.AdminAddr, err = netx.FreeAddr()
 	require.NoError(t, err)
-	cfg.ListenAddr, err = soak.FreeAddr()
+	cfg.ListenAddr, err = netx.FreeAddr()
 	require.NoError(t, err)
 	e.cfg = cfg
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := soak.StartCaddy(ctx, caddyBin, t.TempDir(), cfg.Caddyfile(), cfg.AdminAddr, cfg.ListenAddr)
+	c, err := caddyproc.StartCaddy(ctx, caddyBin, t.TempDir(), cfg.Caddyfile(), cfg.AdminAddr, cfg.ListenAddr)
 	require.NoError(t, err)
 	e.caddy = c
 	t.Cleanup(func() {
@@ -292,7 +296,7 @@ func (e *env) doReq(req *http.Request) *result {
 		}
 		res.addEvent(ev)
 	}
-	res.Body = sr.raw
+	res.Body = sr.raw.Bytes()
 	return res
 }
 
@@ -360,7 +364,7 @@ func (s *stream) finish() *result {
 	}
 	s.resp.Body.Close()
 	s.cancel()
-	s.res.Body = s.sr.raw
+	s.res.Body = s.sr.raw.Bytes()
 	s.res.record(s.e)
 	return s.res
 }
@@ -379,53 +383,42 @@ func (s *stream) abandon() *result {
 	return s.res
 }
 
-// sseReader splits a body into SSE data payloads ("" for other lines).
+// sseReader splits a body into SSE data payloads (internal/sse) and keeps
+// every byte read in raw.
 type sseReader struct {
-	br  *bufio.Reader
-	raw []byte
+	r   *sse.Reader
+	raw bytes.Buffer
 }
 
-func newSSE(r io.Reader) *sseReader { return &sseReader{br: bufio.NewReader(r)} }
+func newSSE(body io.Reader) *sseReader {
+	s := &sseReader{}
+	s.r = sse.NewReader(io.TeeReader(body, &s.raw))
+	return s
+}
 
 // next returns the payload of the next "data:" line. A body that is not
-// SSE comes back whole in raw, with io.EOF at its end.
+// SSE comes back whole in raw, with io.EOF at its end: a last line without
+// its newline is fine for JSON and a sign of a cut for SSE, which the
+// caller judges from ReadErr and [DONE].
 func (s *sseReader) next() (string, error) {
-	for {
-		line, err := s.br.ReadString('\n')
-		s.raw = append(s.raw, line...)
-		if err != nil {
-			if errors.Is(err, io.EOF) && line != "" {
-				// A last line without its newline: fine for JSON, a sign
-				// of a cut for SSE; the caller judges from ReadErr/[DONE].
-				return "", io.EOF
-			}
-			return "", err
-		}
-		t := strings.TrimRight(line, "\r\n")
-		if v, ok := strings.CutPrefix(t, "data:"); ok {
-			return strings.TrimSpace(v), nil
-		}
+	p, err := s.r.Next()
+	if errors.Is(err, sse.ErrPartialLine) {
+		return "", io.EOF
 	}
-}
-
-// apiErrorBody is an OpenAI-style error.
-type apiErrorBody struct {
-	Error *struct {
-		Message string          `json:"message"`
-		Type    string          `json:"type"`
-		Param   json.RawMessage `json:"param"`
-		Code    json.RawMessage `json:"code"`
-	} `json:"error"`
+	if err != nil {
+		return "", err
+	}
+	return string(p), nil
 }
 
 // requireAPIError checks that res is an OpenAI-style JSON error with
 // status (and code, when not empty), and returns the parsed body.
-func requireAPIError(t *testing.T, res *result, status int, code string) apiErrorBody {
+func requireAPIError(t *testing.T, res *result, status int, code string) openai.ErrorBody {
 	t.Helper()
 	require.NoError(t, res.Err)
 	require.Equal(t, status, res.Status, "body: %s", res.Body)
 	assert.Contains(t, res.Header.Get("Content-Type"), "application/json")
-	var b apiErrorBody
+	var b openai.ErrorBody
 	require.NoError(t, json.Unmarshal(res.Body, &b), "body: %s", res.Body)
 	require.NotNil(t, b.Error, "body: %s", res.Body)
 	assert.NotEmpty(t, b.Error.Message)
@@ -475,7 +468,7 @@ func requireStreamBroken(t *testing.T, res *result) {
 }
 
 // state reads the router state.
-func (e *env) state() soak.State {
+func (e *env) state() stateapi.State {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st, err := e.caddy.State(ctx)
@@ -484,7 +477,7 @@ func (e *env) state() soak.State {
 }
 
 // waitState polls the router state until cond holds (bounded).
-func (e *env) waitState(timeout time.Duration, what string, cond func(soak.State) bool) soak.State {
+func (e *env) waitState(timeout time.Duration, what string, cond func(stateapi.State) bool) stateapi.State {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+5*time.Second)
 	defer cancel()
 	st, err := e.caddy.WaitState(ctx, timeout, cond)
@@ -493,7 +486,7 @@ func (e *env) waitState(timeout time.Duration, what string, cond func(soak.State
 }
 
 // replicaState returns addr's router state.
-func (e *env) replicaState(addr string) soak.ReplicaState {
+func (e *env) replicaState(addr string) stateapi.Replica {
 	st := e.state()
 	rs, ok := st.Replica(addr)
 	require.True(e.t, ok, "replica %s not in state %+v", addr, st)

@@ -12,8 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
+	"github.com/llmroute/caddy-llmroute/internal/caddyproc"
 	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
-	"github.com/llmroute/caddy-llmroute/internal/soak"
 )
 
 // readEvent reads the next event within timeout, or fails the test: a
@@ -88,7 +89,7 @@ func TestClientDisconnectMidStream(t *testing.T) {
 	require.Len(t, rcs, 1)
 	assert.Equal(t, fakereplica.OutcomeCancelled, rcs[0].Outcome, "the upstream request must be cancelled")
 	assert.Less(t, rcs[0].ChunksSent, 10)
-	e.waitState(idleWait, "reservation freed", soak.State.Idle)
+	e.waitState(idleWait, "reservation freed", stateapi.State.Idle)
 	rs := e.replicaState(addr)
 	assert.False(t, rs.Cooling, "a client disconnect must not cool the replica: %+v", rs)
 	assert.False(t, rs.NeedProbe)
@@ -121,7 +122,7 @@ func TestClientDisconnectBeforeHeaders(t *testing.T) {
 	rcs, ok := e.tracker.WaitEnded(id, 5*time.Second)
 	require.True(t, ok, "the replica's request must end after the client left")
 	assert.Equal(t, fakereplica.OutcomeCancelled, rcs[0].Outcome)
-	e.waitState(idleWait, "reservation freed", soak.State.Idle)
+	e.waitState(idleWait, "reservation freed", stateapi.State.Idle)
 	rs := e.replicaState(addr)
 	assert.False(t, rs.Cooling, "a client disconnect must not cool the replica: %+v", rs)
 	assert.False(t, rs.NeedProbe, "a client disconnect must not make the replica need a probe: %+v", rs)
@@ -143,11 +144,11 @@ func TestClientDisconnectWhileQueued(t *testing.T) {
 	req := e.newRequest(ctx, id, chatBody(true, false, "I will not wait"), nil)
 	done := make(chan *result, 1)
 	go func() { done <- e.doReq(req) }()
-	e.waitState(5*time.Second, "one queued request", func(st soak.State) bool { return st.Queued == 1 })
+	e.waitState(5*time.Second, "one queued request", func(st stateapi.State) bool { return st.Queued == 1 })
 	cancel()
 	res := <-done
 	require.Error(t, res.Err)
-	st := e.waitState(5*time.Second, "queue empty", func(st soak.State) bool { return st.Queued == 0 })
+	st := e.waitState(5*time.Second, "queue empty", func(st stateapi.State) bool { return st.Queued == 0 })
 	assert.Equal(t, 1, st.TotalInFlight, "only the slot holder is in flight")
 	assert.Empty(t, e.tracker.Receipts(id))
 
@@ -159,7 +160,7 @@ func TestClientDisconnectWhileQueued(t *testing.T) {
 // reload posts cfg to the admin API in the background and waits until it
 // is the running config (Caddy may answer /load only once the old server
 // drained). It returns a channel with the /load result.
-func reload(t *testing.T, e *env, cfg soak.SiteConfig, marker string) <-chan error {
+func reload(t *testing.T, e *env, cfg caddyproc.SiteConfig, marker string) <-chan error {
 	t.Helper()
 	loadErr := make(chan error, 1)
 	go func() {
@@ -309,7 +310,7 @@ func TestReloadRaisingCapAdmitsQueued(t *testing.T) {
 	queuedID := newID(t)
 	queued := make(chan *result, 1)
 	go func() { queued <- e.do(queuedID, chatBody(false, false, "waiting for a slot"), nil) }()
-	e.waitState(5*time.Second, "one queued request", func(st soak.State) bool { return st.Queued == 1 })
+	e.waitState(5*time.Second, "one queued request", func(st stateapi.State) bool { return st.Queued == 1 })
 
 	cfg = e.cfg
 	cfg.MaxInFlight = 4

@@ -1,4 +1,4 @@
-package soak
+package caddyproc
 
 import (
 	"os/exec"

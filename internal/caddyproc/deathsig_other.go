@@ -1,6 +1,6 @@
 //go:build !linux
 
-package soak
+package caddyproc
 
 import "os/exec"
 

@@ -7,7 +7,16 @@
 // It speaks just enough of POST /v1/chat/completions: a JSON answer, or an
 // SSE stream of chat.completion.chunk events ending with "data: [DONE]",
 // with usage (including prompt_tokens_details.cached_tokens) when the
-// request asks for it with stream_options.include_usage.
+// request asks for it with stream_options.include_usage. The shapes are
+// internal/openai's, which the clients of the soak and the lab read.
+//
+// It is one of three fake replicas, each for its own job: this one, in
+// process, injects faults and records receipts for the integration tests
+// and the soak; the proxy-cost bench's upstream (lab/bench/cmd/llmbench,
+// upstream.go) answers from precomputed bytes in a child process so that
+// it costs next to nothing beside the proxy it measures; and simreplica
+// models an engine (tokenizer, paged KV cache, batching, vLLM metrics) for
+// the demo and the end-to-end experiments.
 package fakereplica
 
 import (
@@ -23,6 +32,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/llmroute/caddy-llmroute/internal/openai"
+	"github.com/llmroute/caddy-llmroute/internal/sse"
 )
 
 // Faults a replica can be asked to produce.
@@ -587,11 +599,11 @@ func (rp *Replica) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	usage := map[string]any{
-		"prompt_tokens":         promptTokens,
-		"completion_tokens":     p.chunks + 1,
-		"total_tokens":          promptTokens + p.chunks + 1,
-		"prompt_tokens_details": map[string]any{"cached_tokens": cached},
+	usage := &openai.Usage{
+		PromptTokens:        promptTokens,
+		CompletionTokens:    p.chunks + 1,
+		TotalTokens:         promptTokens + p.chunks + 1,
+		PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: cached},
 	}
 	if !req.Stream {
 		outcome = rp.answerJSON(w, r, rc, fault, p, usage)
@@ -653,7 +665,7 @@ const (
 	waitCut
 )
 
-func (rp *Replica) answerJSON(w http.ResponseWriter, r *http.Request, rc *Receipt, fault string, p params, usage map[string]any) string {
+func (rp *Replica) answerJSON(w http.ResponseWriter, r *http.Request, rc *Receipt, fault string, p params, usage *openai.Usage) string {
 	if fault == FaultSlow || fault == FaultStep {
 		switch rp.wait(r.Context(), rc.ID, fault, p) {
 		case waitEnd:
@@ -666,13 +678,10 @@ func (rp *Replica) answerJSON(w http.ResponseWriter, r *http.Request, rc *Receip
 	for k := range p.chunks {
 		fmt.Fprintf(&sb, "tok%d ", k)
 	}
-	b, _ := json.Marshal(map[string]any{
-		"id": "chatcmpl-" + rc.ID, "object": "chat.completion", "created": time.Now().Unix(), "model": "fake",
-		"choices": []any{map[string]any{
-			"index": 0, "finish_reason": "stop",
-			"message": map[string]any{"role": "assistant", "content": sb.String()},
-		}},
-		"usage": usage,
+	b, _ := json.Marshal(openai.Completion{
+		ID: "chatcmpl-" + rc.ID, Object: openai.CompletionObject, Created: time.Now().Unix(), Model: "fake",
+		Choices: []openai.CompletionChoice{{FinishReason: "stop", Message: openai.Message{Role: "assistant", Content: sb.String()}}},
+		Usage:   usage,
 	})
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
@@ -690,7 +699,7 @@ func (rp *Replica) answerJSON(w http.ResponseWriter, r *http.Request, rc *Receip
 	return OutcomeDone
 }
 
-func (rp *Replica) answerStream(w http.ResponseWriter, r *http.Request, rc *Receipt, fault string, p params, usage map[string]any) string {
+func (rp *Replica) answerStream(w http.ResponseWriter, r *http.Request, rc *Receipt, fault string, p params, usage *openai.Usage) string {
 	ctx := r.Context()
 	rcl := http.NewResponseController(w)
 	h := w.Header()
@@ -698,18 +707,16 @@ func (rp *Replica) answerStream(w http.ResponseWriter, r *http.Request, rc *Rece
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	rp.tracker.update(rc, func(rc *Receipt) { rc.Status = http.StatusOK })
-	send := func(v any) error {
+	send := func(v openai.Chunk) error {
 		b, _ := json.Marshal(v)
 		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
 			return err
 		}
 		return rcl.Flush()
 	}
-	chunk := func(content string, finish any) map[string]any {
-		return map[string]any{
-			"id": "chatcmpl-" + rc.ID, "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": "fake",
-			"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"content": content}, "finish_reason": finish}},
-		}
+	chunk := func(choices []openai.Choice, usage *openai.Usage) openai.Chunk {
+		return openai.Chunk{ID: "chatcmpl-" + rc.ID, Object: openai.ChunkObject, Created: time.Now().Unix(), Model: "fake",
+			Choices: choices, Usage: usage}
 	}
 	for k := range p.chunks {
 		if k > 0 {
@@ -728,7 +735,7 @@ func (rp *Replica) answerStream(w http.ResponseWriter, r *http.Request, rc *Rece
 		// Counted before the write: a client may read the chunk before
 		// this handler runs again.
 		rp.tracker.update(rc, func(rc *Receipt) { rc.ChunksSent++ })
-		if err := send(chunk(fmt.Sprintf("tok%d ", k), nil)); err != nil {
+		if err := send(chunk([]openai.Choice{{Delta: openai.Delta{Content: fmt.Sprintf("tok%d ", k)}}}, nil)); err != nil {
 			return OutcomeCancelled
 		}
 	}
@@ -736,20 +743,17 @@ func (rp *Replica) answerStream(w http.ResponseWriter, r *http.Request, rc *Rece
 		rp.cutWhenTold(ctx, w, rc.ID, p)
 		return OutcomeCut
 	}
-	if err := send(chunk("", "stop")); err != nil {
+	if err := send(chunk([]openai.Choice{{FinishReason: openai.Reason("stop")}}, nil)); err != nil {
 		return OutcomeCancelled
 	}
 	if rc.IncludeUsage {
-		u := map[string]any{
-			"id": "chatcmpl-" + rc.ID, "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": "fake",
-			"choices": []any{}, "usage": usage,
-		}
-		if err := send(u); err != nil {
+		// Choices empty, not null: the usage-only chunk.
+		if err := send(chunk([]openai.Choice{}, usage)); err != nil {
 			return OutcomeCancelled
 		}
 	}
 	rp.tracker.update(rc, func(rc *Receipt) { rc.SentDone = true })
-	if _, err := io.WriteString(w, "data: [DONE]\n\n"); err != nil {
+	if _, err := io.WriteString(w, sse.DoneEvent); err != nil {
 		return OutcomeCancelled
 	}
 	if err := rcl.Flush(); err != nil {
@@ -847,9 +851,7 @@ func (rp *Replica) writeError(w http.ResponseWriter, rc *Receipt, status int, ty
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	rp.tracker.update(rc, func(rc *Receipt) { rc.Status = status })
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
-		"message": msg, "type": typ, "param": nil, "code": "fake_" + strconv.Itoa(status),
-	}})
+	_ = json.NewEncoder(w).Encode(openai.NewError(msg, typ, "fake_"+strconv.Itoa(status)))
 }
 
 // cachedTokens is a rough prefix cache: the longest common prefix with a

@@ -24,7 +24,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmroute/caddy-llmroute/internal/caddyproc"
 	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
+	"github.com/llmroute/caddy-llmroute/internal/netx"
+	"github.com/llmroute/caddy-llmroute/internal/openai"
 )
 
 // Fault kinds the soak sends, as named in the result.
@@ -199,7 +202,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			r.Close()
 		}
 	}()
-	site := SiteConfig{
+	site := caddyproc.SiteConfig{
 		Strategy:              "prefix_load",
 		MaxInFlight:           cfg.Cap,
 		QueueSize:             cfg.QueueSize,
@@ -223,13 +226,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		site.Upstreams = append(site.Upstreams, rp.Addr())
 	}
 	var err error
-	if site.AdminAddr, err = FreeAddr(); err != nil {
+	if site.AdminAddr, err = netx.FreeAddr(); err != nil {
 		return nil, err
 	}
-	if site.ListenAddr, err = FreeAddr(); err != nil {
+	if site.ListenAddr, err = netx.FreeAddr(); err != nil {
 		return nil, err
 	}
-	caddy, err := StartCaddy(ctx, cfg.Caddy, dir, site.Caddyfile(), site.AdminAddr, site.ListenAddr)
+	caddy, err := caddyproc.StartCaddy(ctx, cfg.Caddy, dir, site.Caddyfile(), site.AdminAddr, site.ListenAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -541,7 +544,7 @@ func logf(w io.Writer, format string, args ...any) {
 	}
 }
 
-func sample(ctx context.Context, c *Caddy) Sample {
+func sample(ctx context.Context, c *caddyproc.Caddy) Sample {
 	var s Sample
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -552,7 +555,7 @@ func sample(ctx context.Context, c *Caddy) Sample {
 
 // sampleSettled samples until goroutines are at most target (0: after a
 // short settle) or wait passes, and returns the last sample.
-func sampleSettled(ctx context.Context, c *Caddy, target int, wait time.Duration) Sample {
+func sampleSettled(ctx context.Context, c *caddyproc.Caddy, target int, wait time.Duration) Sample {
 	if target <= 0 {
 		time.Sleep(300 * time.Millisecond) // let closed connections' goroutines exit
 		return sample(ctx, c)
@@ -695,7 +698,7 @@ func (d *driver) one(ctx context.Context, id, kind string) outcome {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		code := errorCode(b)
+		code := openai.ErrorCode(b)
 		if code == "" {
 			o.badError = true
 			code = "unparsed"
@@ -735,31 +738,11 @@ func (d *driver) one(ctx context.Context, id, kind string) outcome {
 	switch {
 	case err != nil:
 		o.class = "body_broken"
-	case json.Unmarshal(b, &v) != nil || v.Object != "chat.completion":
+	case json.Unmarshal(b, &v) != nil || v.Object != openai.CompletionObject:
 		o.class = "body_invalid"
 	default:
 		o.class = "ok"
 		o.sawDone = true // a whole JSON answer counts as complete
 	}
 	return o
-}
-
-// errorCode returns error.code of an OpenAI-style error body ("" when the
-// body is not one). A null code is "null".
-func errorCode(b []byte) string {
-	var e struct {
-		Error *struct {
-			Message string          `json:"message"`
-			Type    string          `json:"type"`
-			Code    json.RawMessage `json:"code"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(b, &e) != nil || e.Error == nil || e.Error.Message == "" || e.Error.Type == "" {
-		return ""
-	}
-	var s string
-	if json.Unmarshal(e.Error.Code, &s) == nil && s != "" {
-		return s
-	}
-	return "null"
 }

@@ -25,8 +25,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmroute/caddy-llmroute/internal/caddyproc"
+	"github.com/llmroute/caddy-llmroute/internal/netx"
 	"github.com/llmroute/caddy-llmroute/internal/proc"
-	"github.com/llmroute/caddy-llmroute/internal/soak"
+	"github.com/llmroute/caddy-llmroute/internal/stats"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/sim"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/workload"
 	"github.com/llmroute/caddy-llmroute/policies"
@@ -160,7 +162,7 @@ func Run(cfg Config) (*Record, error) {
 	if _, err := os.Stat(caddyBin); err != nil {
 		return nil, fmt.Errorf("e2e: caddy binary: %w (build it with ./xcaddy.sh build)", err)
 	}
-	root, err := soak.RepoRoot()
+	root, err := caddyproc.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +220,7 @@ func Run(cfg Config) (*Record, error) {
 	}()
 	var upstreams []string
 	for i := range setup.Replicas {
-		addr, err := soak.FreeAddr()
+		addr, err := netx.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -231,8 +233,8 @@ func Run(cfg Config) (*Record, error) {
 		procs = append(procs, p)
 		upstreams = append(upstreams, addr)
 	}
-	for _, a := range upstreams {
-		if err := waitHTTP("http://"+a+"/health", 10*time.Second); err != nil {
+	for i, a := range upstreams {
+		if err := waitHTTP("http://"+a+"/health", 10*time.Second, procs[i]); err != nil {
 			return nil, fmt.Errorf("e2e: replica %s: %w", a, err)
 		}
 	}
@@ -241,16 +243,16 @@ func Run(cfg Config) (*Record, error) {
 	rec := &Record{Experiment: "e2e", Commit: cfg.Commit, Seed: cfg.Seed, Quick: cfg.Quick, Setup: setup,
 		Policies: map[string]*PolicyResult{}, Sim: map[string]*SimPoint{}}
 	for _, pol := range cfg.Policies {
-		for _, a := range upstreams {
+		for i, a := range upstreams {
 			// Start each policy from cold caches and zeroed counters.
 			if err := post("http://"+a+"/sim/restart", `{"down_ms":0}`); err != nil {
 				return nil, err
 			}
-			if err := waitHTTP("http://"+a+"/health", 5*time.Second); err != nil {
+			if err := waitHTTP("http://"+a+"/health", 5*time.Second, procs[i]); err != nil {
 				return nil, err
 			}
 		}
-		port, err := soak.FreeAddr()
+		port, err := netx.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
@@ -270,7 +272,7 @@ func Run(cfg Config) (*Record, error) {
 		}
 		procs = append(procs, cp)
 		url := "http://127.0.0.1:" + p + "/v1/chat/completions"
-		if err := waitTCP("127.0.0.1:"+p, 15*time.Second); err != nil {
+		if err := waitTCP("127.0.0.1:"+p, 15*time.Second, cp); err != nil {
 			return nil, fmt.Errorf("e2e: caddy (%s) did not listen: %w", pol, err)
 		}
 		logf("%s: sending", pol)
@@ -356,7 +358,7 @@ func dist(xs []float64) sim.Dist {
 		s += x
 	}
 	d.Mean = s / float64(len(xs))
-	d.P50, d.P90, d.P99, d.Max = sim.Percentile(xs, 50), sim.Percentile(xs, 90), sim.Percentile(xs, 99), xs[len(xs)-1]
+	d.P50, d.P90, d.P99, d.Max = stats.Percentile(xs, .50), stats.Percentile(xs, .90), stats.Percentile(xs, .99), xs[len(xs)-1]
 	return d
 }
 
@@ -390,37 +392,20 @@ func Write(jsonPath, mdPath string, rec *Record) error {
 	return os.WriteFile(mdPath, []byte(m.String()), 0o644)
 }
 
-func waitHTTP(url string, d time.Duration) error {
-	c := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(d)
-	for {
-		resp, err := c.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %s", url, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+// waitHTTP is netx.WaitHTTP bounded by d, for a process this package
+// started.
+func waitHTTP(url string, d time.Duration, p *proc.Proc) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return netx.WaitHTTP(ctx, nil, url, p.Done())
 }
 
-func waitTCP(addr string, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+// waitTCP is netx.WaitTCP bounded by d, for a process this package
+// started.
+func waitTCP(addr string, d time.Duration, p *proc.Proc) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return netx.WaitTCP(ctx, addr, p.Done())
 }
 
 func post(url, body string) error {

@@ -1,16 +1,16 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/llmroute/caddy-llmroute/internal/openai"
 )
 
 // Outcome is what the client saw of one streamed request.
@@ -29,23 +29,6 @@ type Outcome struct {
 	Chunks       int
 	Replica      string
 	Finish       string
-}
-
-// chunk is the part of an OpenAI chat stream chunk the client reads.
-type chunk struct {
-	Choices []struct {
-		Delta struct {
-			Content string `json:"content"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens        int `json:"prompt_tokens"`
-		CompletionTokens    int `json:"completion_tokens"`
-		PromptTokensDetails *struct {
-			CachedTokens int `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-	} `json:"usage"`
 }
 
 // send posts one streaming chat request and reads its stream to the end.
@@ -76,44 +59,16 @@ func send(ctx context.Context, client *http.Client, url string, body []byte, out
 		o.Latency = time.Since(start)
 		return o
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	done := false
-	for sc.Scan() {
-		line := sc.Text()
-		data, ok := strings.CutPrefix(line, "data:")
-		if !ok {
-			continue
-		}
-		data = strings.TrimSpace(data)
-		if data == "[DONE]" {
-			done = true
-			break
-		}
-		var c chunk
-		if json.Unmarshal([]byte(data), &c) != nil {
-			continue
-		}
-		for _, ch := range c.Choices {
-			if ch.Delta.Content != "" {
-				if o.Chunks == 0 {
-					o.TTFT = time.Since(start)
-				}
-				o.Chunks++
-			}
-			if ch.FinishReason != nil && *ch.FinishReason != "" {
-				o.Finish = *ch.FinishReason
-			}
-		}
-		if c.Usage != nil {
-			o.PromptTokens, o.OutputTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
-			if c.Usage.PromptTokensDetails != nil {
-				o.CachedTokens = c.Usage.PromptTokensDetails.CachedTokens
-			}
-		}
-	}
+	st := openai.ReadStream(resp.Body)
 	o.Latency = time.Since(start)
-	o.Incomplete = !done || o.Finish == "" || sc.Err() != nil
+	if !st.FirstContent.IsZero() {
+		o.TTFT = st.FirstContent.Sub(start)
+	}
+	o.Chunks, o.Finish = st.ContentChunks, st.Finish
+	if st.Usage != nil {
+		o.PromptTokens, o.OutputTokens, o.CachedTokens = st.Usage.PromptTokens, st.Usage.CompletionTokens, st.Usage.Cached()
+	}
+	o.Incomplete = !st.Done || o.Finish == "" || st.Err != nil
 	return o
 }
 

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -13,6 +12,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmroute/caddy-llmroute/internal/openai"
+	"github.com/llmroute/caddy-llmroute/internal/stats"
 )
 
 // Result is what the client saw of one request.
@@ -55,21 +57,6 @@ type chatReq struct {
 	Temperature   float64             `json:"temperature"`
 }
 
-type chunk struct {
-	Choices []struct {
-		Delta struct {
-			Content *string `json:"content"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens        int `json:"prompt_tokens"`
-		PromptTokensDetails *struct {
-			CachedTokens int `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-	} `json:"usage"`
-}
-
 // Do streams one request and measures it. TTFT is the time from sending to
 // the first chunk that carries generated text.
 func (c *Client) Do(ctx context.Context, r Request, start time.Time) (res Result) {
@@ -107,43 +94,20 @@ func (c *Client) Do(ctx context.Context, r Request, start time.Time) (res Result
 		res.Error = fmt.Sprintf("status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
 		return res
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		data, ok := bytes.CutPrefix(line, []byte("data:"))
-		if !ok {
-			continue
-		}
-		data = bytes.TrimSpace(data)
-		if bytes.Equal(data, []byte("[DONE]")) {
-			res.Done = true
-			break
-		}
-		var ch chunk
-		if err := json.Unmarshal(data, &ch); err != nil {
-			res.Error = "bad chunk: " + err.Error()
-			continue
-		}
-		res.Chunks++
-		for _, choice := range ch.Choices {
-			if choice.Delta.Content != nil && *choice.Delta.Content != "" && res.TTFTMs < 0 {
-				res.TTFTMs = ms(time.Since(sent))
-			}
-			if choice.FinishReason != nil && *choice.FinishReason != "" {
-				res.Finish = *choice.FinishReason
-			}
-		}
-		if ch.Usage != nil {
-			res.HasUsage = true
-			res.PromptTokens = ch.Usage.PromptTokens
-			if ch.Usage.PromptTokensDetails != nil {
-				res.CachedTokens = ch.Usage.PromptTokensDetails.CachedTokens
-			}
-		}
+	st := openai.ReadStream(resp.Body)
+	res.Done, res.Chunks, res.Finish = st.Done, st.Chunks, st.Finish
+	if !st.FirstContent.IsZero() {
+		res.TTFTMs = ms(st.FirstContent.Sub(sent))
 	}
-	if err := sc.Err(); err != nil && res.Error == "" {
-		res.Error = err.Error()
+	if st.Usage != nil {
+		res.HasUsage = true
+		res.PromptTokens, res.CachedTokens = st.Usage.PromptTokens, st.Usage.Cached()
+	}
+	if st.BadChunk != nil {
+		res.Error = "bad chunk: " + st.BadChunk.Error()
+	}
+	if st.Err != nil && res.Error == "" {
+		res.Error = st.Err.Error()
 	}
 	// Read to the end, as SDK clients do: closing a body that still holds
 	// the last bytes drops the connection, which the router sees as a
@@ -302,14 +266,14 @@ func Summarize(rs []Result) Summary {
 	sort.Float64s(hit)
 	sort.Float64s(miss)
 	if len(hit) > 0 {
-		s.TTFTP50Hit = Percentile(hit, .5)
+		s.TTFTP50Hit = stats.Percentile(hit, .5)
 	}
 	if len(miss) > 0 {
-		s.TTFTP50Miss = Percentile(miss, .5)
+		s.TTFTP50Miss = stats.Percentile(miss, .5)
 	}
 	if len(ttft) > 0 {
-		s.TTFTP50, s.TTFTP90, s.TTFTP99 = Percentile(ttft, .5), Percentile(ttft, .9), Percentile(ttft, .99)
-		s.E2EP50, s.E2EP99 = Percentile(e2e, .5), Percentile(e2e, .99)
+		s.TTFTP50, s.TTFTP90, s.TTFTP99 = stats.Percentile(ttft, .5), stats.Percentile(ttft, .9), stats.Percentile(ttft, .99)
+		s.E2EP50, s.E2EP99 = stats.Percentile(e2e, .5), stats.Percentile(e2e, .99)
 	}
 	for _, v := range ttft {
 		s.TTFTMean += v / float64(len(ttft))

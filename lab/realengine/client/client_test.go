@@ -50,7 +50,10 @@ func TestPlanShapes(t *testing.T) {
 	}
 
 	c.Name = NoSharedPrefix
-	u, _ := Plan(c)
+	u, err := Plan(c)
+	if err != nil || len(u) != 12 {
+		t.Fatalf("no_shared_prefix: %d requests (%v)", len(u), err)
+	}
 	seen := map[string]bool{}
 	for _, r := range u {
 		if r.Group != -1 || seen[r.System[:4]] {
@@ -63,16 +66,6 @@ func TestPlanShapes(t *testing.T) {
 	}
 	if _, err := Plan(WorkloadConfig{Name: "nope", Groups: 1, PerGroup: 1, SystemChars: 1, Rate: 1}); err == nil {
 		t.Fatal("unknown workload accepted")
-	}
-}
-
-func TestPercentile(t *testing.T) {
-	xs := []float64{1, 2, 3, 4, 5}
-	if Percentile(xs, .5) != 3 || Percentile(xs, 0) != 1 || Percentile(xs, 1) != 5 || Percentile(xs, .25) != 2 {
-		t.Fatal("percentiles wrong")
-	}
-	if !math.IsNaN(Percentile(nil, .5)) {
-		t.Fatal("empty percentile not NaN")
 	}
 }
 

@@ -2,67 +2,16 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 
+	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
+	"github.com/llmroute/caddy-llmroute/internal/caddyproc"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
-
-// RouterReplica is one replica in llmroute's GET /llm_route/state (the
-// fields this measurement reads).
-type RouterReplica struct {
-	Addr         string `json:"addr"`
-	InFlight     int    `json:"in_flight"`
-	IndexEntries int    `json:"index_entries"`
-	IndexCap     int    `json:"index_capacity"`
-	Engine       *struct {
-		Engine    string  `json:"engine"`
-		Stale     bool    `json:"stale"`
-		NumBlocks int     `json:"num_gpu_blocks"`
-		BlockSize int     `json:"block_size"`
-		LastError string  `json:"last_error"`
-		KVUsage   float64 `json:"kv_usage"`
-	} `json:"engine"`
-	Feedback struct {
-		Checks     int     `json:"checks"`
-		Hits       int     `json:"hits"`
-		Misses     int     `json:"misses"`
-		Cold       int     `json:"cold"`
-		Concurrent int     `json:"concurrent"`
-		Precision  float64 `json:"precision"`
-		Purges     int     `json:"purges"`
-		LastPurge  string  `json:"last_purge_reason"`
-		MaxIndex   int     `json:"max_index_capacity"`
-	} `json:"feedback"`
-}
-
-// RouterState is GET /llm_route/state.
-type RouterState struct {
-	Replicas      []RouterReplica `json:"replicas"`
-	TotalInFlight int             `json:"total_in_flight"`
-	Queued        int             `json:"queued"`
-}
-
-// GetJSON fetches url into v.
-func GetJSON(ctx context.Context, hc *http.Client, url string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
-}
 
 // Sample is one Prometheus sample: labels and value.
 type Sample struct {
@@ -163,15 +112,21 @@ type Prediction struct {
 	Outcomes        map[string]float64 `json:"requests_by_outcome"`
 	EngineScrapeOK  bool               `json:"engine_metrics_scraped"`
 	EngineScrapeErr string             `json:"engine_metrics_error,omitempty"`
-	PerReplica      []RouterReplica    `json:"per_replica"`
+	PerReplica      []stateapi.Replica `json:"per_replica"`
+}
+
+// Admin returns a client of Caddy's admin API at base (like
+// http://127.0.0.1:2119) that sends with hc.
+func Admin(hc *http.Client, base string) *caddyproc.Admin {
+	return &caddyproc.Admin{Addr: strings.TrimPrefix(base, "http://"), Client: hc}
 }
 
 // ReadPrediction reads the router's state and metrics from Caddy's admin
 // endpoint (base like http://127.0.0.1:2119).
 func ReadPrediction(ctx context.Context, hc *http.Client, base string) (Prediction, error) {
-	var st RouterState
 	p := Prediction{Results: map[string]float64{}, Outcomes: map[string]float64{}}
-	if err := GetJSON(ctx, hc, base+"/llm_route/state", &st); err != nil {
+	st, err := Admin(hc, base).State(ctx)
+	if err != nil {
 		return p, err
 	}
 	p.PerReplica = st.Replicas

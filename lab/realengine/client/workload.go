@@ -5,12 +5,9 @@ package client
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strings"
 	"time"
-
-	"github.com/llmroute/caddy-llmroute/lab/experiments/sim"
 )
 
 // Workload names.
@@ -115,14 +112,4 @@ func text(rng *rand.Rand, prefix string, size int) string {
 		}
 	}
 	return strings.TrimSpace(b.String()[:size])
-}
-
-// Percentile returns the q-quantile (0..1) of xs by linear interpolation
-// between closest ranks (the simulator's sim.Percentile, so both report
-// the same statistic); NaN for no data. xs must be sorted.
-func Percentile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	return sim.Percentile(xs, q*100)
 }

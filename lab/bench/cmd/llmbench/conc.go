@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,7 +14,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
 	"github.com/llmroute/caddy-llmroute/internal/procstat"
+	"github.com/llmroute/caddy-llmroute/internal/sse"
 )
 
 // concResult is the concurrency test of one proxy: streams slow SSE
@@ -51,7 +52,7 @@ type concResult struct {
 }
 
 // streamOne sends one slow streaming request and reads it to the end;
-// opened is called at the first byte. The stream must end with [DONE] and
+// opened is called at the first event (the first line the upstream sends). The stream must end with [DONE] and
 // must not carry a usage chunk (the client did not ask for one; llmroute's
 // request_usage must strip the one it asked for).
 func streamOne(ctx context.Context, cl *http.Client, url string, body []byte, hdr string, opened func()) error {
@@ -69,25 +70,21 @@ func streamOne(ctx context.Context, cl *http.Client, url string, body []byte, hd
 	if resp.StatusCode != 200 {
 		return fmt.Errorf("status %d", resp.StatusCode)
 	}
-	br := bufio.NewReaderSize(resp.Body, 4096)
-	events, first, done := 0, true, false
+	sr := sse.NewReader(resp.Body)
+	events, done := 0, false
 	for {
-		line, err := br.ReadSlice('\n')
-		if len(line) > 0 && first {
-			first = false
-			opened()
-		}
-		if bytes.HasPrefix(line, []byte("data: ")) {
-			events++
-			if bytes.HasPrefix(line, []byte("data: [DONE]")) {
-				done = true
-			}
-			if bytes.Contains(line, []byte(`"usage"`)) {
-				return fmt.Errorf("a usage chunk reached the client")
-			}
-		}
+		data, err := sr.Next()
 		if err != nil {
 			break
+		}
+		if events++; events == 1 {
+			opened()
+		}
+		if sse.IsDone(data) {
+			done = true
+		}
+		if bytes.Contains(data, []byte(`"usage"`)) {
+			return fmt.Errorf("a usage chunk reached the client")
 		}
 	}
 	if !done {
@@ -194,7 +191,7 @@ func concurrencyTest(env *benchEnv, t *target, n, prompt int, interval, hold tim
 		time.Sleep(200 * time.Millisecond)
 	}
 	if isLLM(t.name) {
-		res.StateHeld, _ = httpGet("http://"+t.admin+"/llm_route/state", 5*time.Second)
+		res.StateHeld, _ = httpGet("http://"+t.admin+stateapi.Path, 5*time.Second)
 	}
 	liveMem, err := readGoMem(t.admin)
 	if err != nil && res.FirstErr == "" {
@@ -234,7 +231,7 @@ func concurrencyTest(env *benchEnv, t *target, n, prompt int, interval, hold tim
 			fmt.Fprintf(os.Stderr, "llm_route/state: %v\n", err)
 		}
 		rel := err == nil && inf == 0 && q == 0
-		res.StateAfter, _ = httpGet("http://"+t.admin+"/llm_route/state", 5*time.Second)
+		res.StateAfter, _ = httpGet("http://"+t.admin+stateapi.Path, 5*time.Second)
 		res.InFlightAfter, res.QueuedAfter, res.Released = &inf, &q, &rel
 	}
 	return res

@@ -15,6 +15,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmroute/caddy-llmroute/internal/sse"
+	"github.com/llmroute/caddy-llmroute/internal/stats"
 )
 
 // workload is one prompt size and stream mode: a fixed set of request
@@ -114,6 +117,11 @@ var errBadAnswer = errors.New("bad answer")
 // before the request is written to the first byte of the response body
 // (for SSE, the first event; for JSON, the answer). It checks the status
 // and that a stream ends with [DONE].
+//
+// Unlike the other SSE clients (internal/openai.ReadStream), it does not
+// parse the stream: it reads into buf and keeps only the tail (sse.Tail),
+// so that the load generator spends as little CPU per answer as it can on
+// the machine it shares with the proxy it measures.
 func doOne(ctx context.Context, cl *http.Client, url string, body []byte, hdr http.Header, buf []byte) (time.Duration, int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
@@ -130,8 +138,7 @@ func doOne(ctx context.Context, cl *http.Client, url string, body []byte, hdr ht
 	}
 	defer resp.Body.Close()
 	var ttfb time.Duration
-	var tail [16]byte
-	tl := 0
+	var tail sse.Tail
 	total := 0
 	for {
 		n, err := resp.Body.Read(buf)
@@ -140,14 +147,7 @@ func doOne(ctx context.Context, cl *http.Client, url string, body []byte, hdr ht
 				ttfb = time.Since(t0)
 			}
 			total += n
-			if n >= len(tail) {
-				tl = copy(tail[:], buf[n-len(tail):n])
-			} else {
-				var tmp [2 * len(tail)]byte
-				m := copy(tmp[:], tail[:tl])
-				m += copy(tmp[m:], buf[:n])
-				tl = copy(tail[:], tmp[max(0, m-len(tail)):m])
-			}
+			_, _ = tail.Write(buf[:n])
 		}
 		if err == io.EOF {
 			break
@@ -162,8 +162,7 @@ func doOne(ctx context.Context, cl *http.Client, url string, body []byte, hdr ht
 	if total == 0 {
 		return 0, 0, errBadAnswer
 	}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") &&
-		!bytes.HasSuffix(tail[:tl], []byte("data: [DONE]\n\n")) {
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") && !tail.EndsWithDone() {
 		return 0, total, fmt.Errorf("%w: stream did not end with [DONE]", errBadAnswer)
 	}
 	return ttfb, total, nil
@@ -186,15 +185,22 @@ func (p *phaseResult) rps() float64 {
 	return float64(p.ok) / p.wall.Seconds()
 }
 
-// pct returns the nearest-rank percentile q (0..1) of the sorted TTFBs in ms.
+// ttfbMs returns the sorted TTFBs in milliseconds.
+func (p *phaseResult) ttfbMs() []float64 {
+	ms := make([]float64, len(p.ttfb))
+	for i, d := range p.ttfb {
+		ms[i] = float64(d) / float64(time.Millisecond)
+	}
+	return ms
+}
+
+// pct returns the percentile q (0..1, stats.Percentile) of the TTFBs in
+// ms; 0 when there are none.
 func (p *phaseResult) pct(q float64) float64 {
-	n := len(p.ttfb)
-	if n == 0 {
+	if len(p.ttfb) == 0 {
 		return 0
 	}
-	i := int(float64(n)*q+0.999999) - 1
-	i = min(max(i, 0), n-1)
-	return float64(p.ttfb[i]) / float64(time.Millisecond)
+	return stats.Percentile(p.ttfbMs(), q)
 }
 
 type collector struct {

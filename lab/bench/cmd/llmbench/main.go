@@ -31,8 +31,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/llmroute/caddy-llmroute/internal/caddyproc"
 	"github.com/llmroute/caddy-llmroute/internal/procstat"
-	"github.com/llmroute/caddy-llmroute/internal/soak"
 )
 
 var tasksetPath string
@@ -210,7 +210,7 @@ func raiseNoFile() uint64 {
 
 func run(o options) error {
 	started := time.Now()
-	root, err := soak.RepoRoot()
+	root, err := caddyproc.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -349,6 +349,7 @@ func run(o options) error {
 			LatencyRate: o.rate, Slices: o.slices, Concurrency: o.conc, Upstreams: o.nUpstreams, Targets: targets, Sizes: o.sizes,
 			MaxInFlight: o.maxInFlight, Streams: o.streams, StreamInterval: o.streamIv.String(), StreamHold: o.hold.String(), StreamPrompt: o.streamPrompt,
 			Tenants: tenants, BodiesPerShape: bodiesPerShape, StreamChunksFast: streamChunks,
+			Percentiles: percentileMethod,
 		},
 	}
 
@@ -601,10 +602,7 @@ func measureWorkload(env *benchEnv, o options, order []*target, w workload) []ce
 		cr.SatP50, cr.SatP99 = sat.pct(0.50), sat.pct(0.99)
 		lat := lats[i]
 		cr.TTFBP50, cr.TTFBP99 = lat.pct(0.50), lat.pct(0.99)
-		cr.TTFBSamplesMs = make([]float64, len(lat.ttfb))
-		for j, d := range lat.ttfb {
-			cr.TTFBSamplesMs[j] = float64(d) / float64(time.Millisecond)
-		}
+		cr.TTFBSamplesMs = lat.ttfbMs()
 		cr.LatencySamples = len(lat.ttfb)
 		cr.LatencySkipped = lat.skipped
 		cr.Errors = a.errs + lat.errs

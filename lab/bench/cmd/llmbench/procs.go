@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/llmroute/caddy-llmroute/internal/netx"
 	"github.com/llmroute/caddy-llmroute/internal/proc"
-	"github.com/llmroute/caddy-llmroute/internal/soak"
 	"golang.org/x/sys/unix"
 )
 
@@ -186,26 +185,19 @@ func (c *child) logTail() string { return c.p.LogTail(2000) }
 
 // waitListen waits until addr accepts TCP connections.
 func waitListen(ctx context.Context, c *child, addr string) error {
-	for {
-		conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			conn.Close()
-			return nil
-		}
-		if !c.alive() {
-			return fmt.Errorf("%s exited: %s", c.name, c.logTail())
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s did not listen on %s: %s", c.name, addr, c.logTail())
-		case <-time.After(50 * time.Millisecond):
-		}
+	switch err := netx.WaitTCP(ctx, addr, c.p.Done()); {
+	case err == nil:
+		return nil
+	case errors.Is(err, netx.ErrExited):
+		return fmt.Errorf("%s exited: %s", c.name, c.logTail())
+	default:
+		return fmt.Errorf("%s did not listen on %s: %s", c.name, addr, c.logTail())
 	}
 }
 
-// freeAddr is soak.FreeAddr for set-up code that cannot go on without one.
+// freeAddr is netx.FreeAddr for set-up code that cannot go on without one.
 func freeAddr() string {
-	addr, err := soak.FreeAddr()
+	addr, err := netx.FreeAddr()
 	if err != nil {
 		panic(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/llmroute/caddy-llmroute/internal/stats"
 )
 
 // Targets of issue #9.
@@ -125,7 +127,13 @@ type runConfig struct {
 	Tenants          int      `json:"tenants"`
 	BodiesPerShape   int      `json:"bodies_per_workload"`
 	StreamChunksFast int      `json:"sse_content_chunks"`
+	// Percentiles names the percentile definition of every TTFB figure
+	// (absent from results recorded before it changed from nearest rank).
+	Percentiles string `json:"percentiles"`
 }
+
+// percentileMethod is runConfig.Percentiles.
+const percentileMethod = "linear interpolation between closest ranks (internal/stats.Percentile)"
 
 type releaseCheck struct {
 	Target        string `json:"target"`
@@ -204,19 +212,6 @@ func (r *report) addRound(target string, w workload, cr cellRound) {
 	c.Rounds = append(c.Rounds, cr)
 }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	n := len(s)
-	if n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[n/2-1] + s[n/2]) / 2
-}
-
 func spread(xs []float64) float64 {
 	if len(xs) < 2 {
 		return 0
@@ -225,7 +220,7 @@ func spread(xs []float64) float64 {
 	for _, x := range xs {
 		lo, hi = min(lo, x), max(hi, x)
 	}
-	m := median(xs)
+	m := stats.Median(xs)
 	if m == 0 {
 		return 0
 	}
@@ -264,19 +259,19 @@ func (r *report) finish() {
 	var foreign, cpuSpreads, rpsSpreads []float64
 	errorsSeen := false
 	for _, c := range r.Table {
-		c.RPS = median(get(c, func(x cellRound) float64 { return x.RPS }))
-		c.CPUPer1k = median(get(c, func(x cellRound) float64 { return x.CPUPer1k }))
+		c.RPS = stats.Median(get(c, func(x cellRound) float64 { return x.RPS }))
+		c.CPUPer1k = stats.Median(get(c, func(x cellRound) float64 { return x.CPUPer1k }))
 		var pooled []float64
 		for _, cr := range c.Rounds {
 			pooled = append(pooled, cr.TTFBSamplesMs...)
 		}
 		sort.Float64s(pooled)
-		c.TTFBP50, c.TTFBP90, c.TTFBP99 = pctF(pooled, 0.50), pctF(pooled, 0.90), pctF(pooled, 0.99)
+		c.TTFBP50, c.TTFBP90, c.TTFBP99 = stats.Percentile(pooled, 0.50), stats.Percentile(pooled, 0.90), stats.Percentile(pooled, 0.99)
 		c.TTFBSamples = len(pooled)
-		c.TTFBP99RoundMedian = median(get(c, func(x cellRound) float64 { return x.TTFBP99 }))
-		c.SatP50 = median(get(c, func(x cellRound) float64 { return x.SatP50 }))
-		c.SatP99 = median(get(c, func(x cellRound) float64 { return x.SatP99 }))
-		c.PeakRSSMiB = median(get(c, func(x cellRound) float64 { return x.PeakRSSMiB }))
+		c.TTFBP99RoundMedian = stats.Median(get(c, func(x cellRound) float64 { return x.TTFBP99 }))
+		c.SatP50 = stats.Median(get(c, func(x cellRound) float64 { return x.SatP50 }))
+		c.SatP99 = stats.Median(get(c, func(x cellRound) float64 { return x.SatP99 }))
+		c.PeakRSSMiB = stats.Median(get(c, func(x cellRound) float64 { return x.PeakRSSMiB }))
 		var fcpu float64
 		var freq int
 		for _, cr := range c.Rounds {
@@ -321,11 +316,11 @@ func (r *report) finish() {
 			p99 = append(p99, cr.TTFBP99-b.TTFBP99)
 		}
 		if len(rps) > 0 {
-			c.RPSRatio = ptr(median(rps))
-			c.P99AddedRoundMedian = ptr(median(p99))
+			c.RPSRatio = ptr(stats.Median(rps))
+			c.P99AddedRoundMedian = ptr(stats.Median(p99))
 		}
 		if len(cpu) > 0 {
-			c.CPURatio = ptr(median(cpu))
+			c.CPURatio = ptr(stats.Median(cpu))
 		}
 	}
 	// Pooled TTFB differences need every cell's pooled percentiles first.
@@ -343,9 +338,9 @@ func (r *report) finish() {
 		c.P99AddedCI = bootstrapDiff(pooledOf(c), pooledOf(base), 0.99, 500)
 	}
 	r.Noise = noise{
-		ForeignCPUMedian: median(foreign), ForeignCPUMax: maxOf(foreign),
-		CPUSpreadMedian: median(cpuSpreads), CPUSpreadMax: maxOf(cpuSpreads),
-		RPSSpreadMedian: median(rpsSpreads), RPSSpreadMax: maxOf(rpsSpreads),
+		ForeignCPUMedian: stats.Median(foreign), ForeignCPUMax: maxOf(foreign),
+		CPUSpreadMedian: stats.Median(cpuSpreads), CPUSpreadMax: maxOf(cpuSpreads),
+		RPSSpreadMedian: stats.Median(rpsSpreads), RPSSpreadMax: maxOf(rpsSpreads),
 		Note: "foreign_cpu_frac: CPU time other processes on the machine used during throughput phases, as a fraction of all CPUs; spreads: (max-min)/median over rounds",
 	}
 	if len(foreign) == 0 {
@@ -472,20 +467,10 @@ func bootstrapDiff(a, b []float64, q float64, n int) []float64 {
 		}
 		sort.Float64s(ra)
 		sort.Float64s(rb)
-		diffs[i] = pctF(ra, q) - pctF(rb, q)
+		diffs[i] = stats.Percentile(ra, q) - stats.Percentile(rb, q)
 	}
 	sort.Float64s(diffs)
-	return []float64{pctF(diffs, 0.025), pctF(diffs, 0.975)}
-}
-
-// pctF is the nearest-rank percentile q of sorted xs.
-func pctF(xs []float64, q float64) float64 {
-	n := len(xs)
-	if n == 0 {
-		return math.NaN()
-	}
-	i := int(math.Ceil(float64(n)*q)) - 1
-	return xs[min(max(i, 0), n-1)]
+	return []float64{stats.Percentile(diffs, 0.025), stats.Percentile(diffs, 0.975)}
 }
 
 func maxOf(xs []float64) float64 {
@@ -550,7 +535,7 @@ func (r *report) markdown(w io.Writer) {
 	if e.HAProxy != "" {
 		fmt.Fprintf(w, ", %s (`balance %s`)", e.HAProxy, e.HAProxyBalance)
 	}
-	fmt.Fprintf(w, ".\n%d round(s). Per round and workload: %.1f s per target at concurrency %d in %d slices alternating between targets (req/s, CPU, peak RSS; medians over rounds, ratios = medians of per-round pairs with stock Caddy), then %.0f s of a fixed-rate stream, %d req/s per target (fewer above 16 KiB prompts: %d at 64 KiB), sent to all targets in turn (TTFB percentiles over all rounds' samples; CI = bootstrap).\n\n",
+	fmt.Fprintf(w, ".\n%d round(s). Per round and workload: %.1f s per target at concurrency %d in %d slices alternating between targets (req/s, CPU, peak RSS; medians over rounds, ratios = medians of per-round pairs with stock Caddy), then %.0f s of a fixed-rate stream, %d req/s per target (fewer above 16 KiB prompts: %d at 64 KiB), sent to all targets in turn (TTFB percentiles over all rounds' samples, interpolated linearly between ranks; CI = bootstrap).\n\n",
 		r.Config.Rounds, r.Config.ThroughputS, r.Config.Concurrency, r.Config.Slices, r.Config.LatencyS, r.Config.LatencyRate, latencyRate(r.Config.LatencyRate, 64<<10))
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "Note: %s\n\n", n)

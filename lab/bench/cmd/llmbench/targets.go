@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
+	"github.com/llmroute/caddy-llmroute/internal/caddyproc"
 )
 
 // target is one thing the load generator talks to.
@@ -109,33 +111,13 @@ func startTarget(env *benchEnv, name string, maxInFlight int) (*target, error) {
 	return nil, fmt.Errorf("unknown target %q", name)
 }
 
-// llmState reads total_in_flight and queued from /llm_route/state.
-func llmState(admin string) (inFlight, queued int, err error) {
-	b, err := httpGet("http://"+admin+"/llm_route/state", 3*time.Second)
-	if err != nil {
-		return 0, 0, err
-	}
-	var st struct {
-		TotalInFlight int `json:"total_in_flight"`
-		Queued        int `json:"queued"`
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		return 0, 0, err
-	}
-	return st.TotalInFlight, st.Queued, nil
-}
-
-// waitReleased polls /llm_route/state until nothing is in flight or queued.
-func waitReleased(admin string, timeout time.Duration) (int, int, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		inf, q, err := llmState(admin)
-		if err == nil && inf == 0 && q == 0 {
-			return 0, 0, nil
-		}
-		if time.Now().After(deadline) {
-			return inf, q, err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+// waitReleased polls /llm_route/state until nothing is in flight or
+// queued, and returns what was last read.
+func waitReleased(admin string, timeout time.Duration) (inFlight, queued int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+5*time.Second)
+	defer cancel()
+	st, err := caddyproc.NewAdmin(admin).WaitState(ctx, timeout, func(st stateapi.State) bool {
+		return st.TotalInFlight == 0 && st.Queued == 0
+	})
+	return st.TotalInFlight, st.Queued, err
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/llmroute/caddy-llmroute/internal/sse"
 )
 
 // The fake upstream is an OpenAI-compatible replica reduced to what costs
@@ -20,7 +22,12 @@ import (
 // with bytes.Contains instead of decoding JSON, and answers from
 // precomputed bytes. It runs in a child process of llmbench (the same
 // binary, -role=upstream) so that its CPU and GC are not the load
-// generator's.
+// generator's. It is kept apart from internal/fakereplica (in process,
+// fault injection, a receipt per request: the integration tests' and the
+// soak's replica) because the bench measures the proxy's CPU per request
+// on a shared machine, and whatever the upstream spends is noise in that
+// figure; upstream_test.go checks its bytes against internal/openai's
+// shapes, which the fake replica writes and the clients read.
 //
 // Requests:
 //   - "stream":true in the body: an SSE answer of streamChunks content
@@ -41,7 +48,7 @@ const streamChunks = 6
 var (
 	chunkContent = []byte(`data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"bench-model","choices":[{"index":0,"delta":{"content":" token"},"finish_reason":null}]}` + "\n\n")
 	chunkFinish  = []byte(`data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"bench-model","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\n")
-	chunkDone    = []byte("data: [DONE]\n\n")
+	chunkDone    = []byte(sse.DoneEvent)
 )
 
 func usageChunk(promptTokens int) []byte {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -28,6 +29,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
+	"github.com/llmroute/caddy-llmroute/internal/netx"
 	"github.com/llmroute/caddy-llmroute/internal/proc"
 	"github.com/llmroute/caddy-llmroute/lab/realengine/client"
 )
@@ -264,36 +267,16 @@ func (p *child) stop() {
 	}
 }
 
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// waitHTTP polls url until it answers 200 or the timeout passes.
+// waitHTTP waits, at most timeout, until url answers 200 (netx.WaitHTTP),
+// naming p and its log when it exits first.
 func waitHTTP(ctx context.Context, hc *http.Client, url string, timeout time.Duration, p *child) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if p != nil && p.Exited() {
-			return fmt.Errorf("%s exited; see %s", p.name, p.LogPath)
-		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if resp, err := hc.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := netx.WaitHTTP(ctx, hc, url, p.Done())
+	if errors.Is(err, netx.ErrExited) {
+		return fmt.Errorf("%s exited; see %s", p.name, p.LogPath)
 	}
-	return fmt.Errorf("%s did not answer within %v", url, timeout)
+	return err
 }
 
 func post(ctx context.Context, hc *http.Client, url string) error {
@@ -368,7 +351,7 @@ func run(ctx context.Context, c config) (out Output, err error) {
 	for i, name := range []string{"replica-a", "replica-b"} {
 		port := c.ReplicaPorts[i]
 		if port == 0 {
-			if port, err = freePort(); err != nil {
+			if port, err = netx.FreePort(); err != nil {
 				return out, err
 			}
 		} else if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
@@ -522,11 +505,11 @@ func runPolicy(ctx context.Context, c config, hc *http.Client, replicas []string
 		before[addr] = e
 	}
 
-	adminPort, err := freePort()
+	adminPort, err := netx.FreePort()
 	if err != nil {
 		return ro, err
 	}
-	proxyPort, err := freePort()
+	proxyPort, err := netx.FreePort()
 	if err != nil {
 		return ro, err
 	}
@@ -546,7 +529,7 @@ func runPolicy(ctx context.Context, c config, hc *http.Client, replicas []string
 	track(cp)
 	defer cp.stop()
 	admin := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
-	if err := waitHTTP(ctx, hc, admin+"/llm_route/state", 30*time.Second, cp); err != nil {
+	if err := waitHTTP(ctx, hc, admin+stateapi.Path, 30*time.Second, cp); err != nil {
 		return ro, err
 	}
 
@@ -566,14 +549,9 @@ func runPolicy(ctx context.Context, c config, hc *http.Client, replicas []string
 	if ctx.Err() != nil {
 		return ro, ctx.Err()
 	}
-	// Let the router finish its bookkeeping of the last responses.
-	var st client.RouterState
-	for i := 0; i < 50; i++ {
-		if err := client.GetJSON(ctx, hc, admin+"/llm_route/state", &st); err == nil && st.TotalInFlight == 0 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	// Let the router finish its bookkeeping of the last responses (at
+	// most 5 s; the prediction is read whatever the state then).
+	_, _ = client.Admin(hc, admin).WaitState(ctx, 5*time.Second, func(st stateapi.State) bool { return st.TotalInFlight == 0 })
 	pred, err := client.ReadPrediction(ctx, hc, admin)
 	if err != nil {
 		return ro, err
