@@ -63,7 +63,7 @@ func snapshotPolicies() []stateapi.Policy {
 			LoadSlack: p.opts.LoadSlack, ColdChoices: p.opts.ColdChoices,
 			SlowStart: time.Duration(p.SlowStart), CooldownBase: time.Duration(p.CooldownBase),
 			CooldownMax:      time.Duration(p.CooldownMax),
-			DialTimeoutFails: p.DialTimeoutFails, EngineMetrics: p.EngineMetrics != nil,
+			DialTimeoutFails: p.DialTimeoutFails, StatusFails: p.StatusFails, EngineMetrics: p.EngineMetrics != nil,
 		})
 	}
 	return out

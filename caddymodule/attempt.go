@@ -44,6 +44,9 @@ type attemptRules struct {
 	failStatus map[int]bool
 	// strategy names the strategy that decided (for metrics).
 	strategy string
+	// indexAnswers adds the answer streamed back to the replica's index
+	// (answers.go).
+	indexAnswers bool
 }
 
 // reserve takes one in-flight slot if the replica is available and below
@@ -68,18 +71,24 @@ func (s *replicaState) reserve(now time.Time, limit int, rules *attemptRules) (*
 
 // placeKeys tells the replica's belief that the request with keys goes
 // there (policies.Belief.Place: the prediction, the optimistic insert, the
-// pending count) and keeps what it said for the feedback.
+// pending count), keeps what it said for the feedback, and counts the
+// prompt it believes uncached as the replica's pending prefill until the
+// first byte (prefill.go).
 func (a *attempt) placeKeys(keys policies.Keys) {
 	pl := a.rep.belief.Place(keys)
 	s := a.rep
 	s.mu.Lock()
 	a.place = pl
-	if a.released || !a.prefilling {
+	ended := a.released || !a.prefilling
+	if ended {
 		// Ended before it was placed: nothing is pending any more.
 		s.belief.EndPending(pl.Head)
 		a.place.Head = 0
 	}
 	s.mu.Unlock()
+	if !ended {
+		addPending(a, policies.UncachedBytes(keys, pl.Predicted))
+	}
 }
 
 // prediction returns what the belief said when the attempt was placed.
@@ -172,7 +181,7 @@ func (a *attempt) end(o outcome) {
 				opened = s.trustLocked()
 			}
 		case outcomeFailure:
-			cooled = s.failedLocked(s.clk.Now(), a.started, o, a.rules.cd)
+			cooled = s.failedLocked(s.clk.Now(), a.started, a.probe, o, a.rules.cd)
 		}
 		s.mu.Unlock()
 		for range drained {

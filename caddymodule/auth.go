@@ -35,11 +35,12 @@ func (h *LLMRoute) resolveKeys(repl *caddy.Replacer) error {
 	return nil
 }
 
-// authorized reports whether r carries one of the configured keys. Both
-// sides are hashed to a fixed length and every key is compared, so neither
-// a key's length nor which key matched shows in the timing.
+// authorized reports whether r carries one of the configured keys, as a
+// Bearer token or in X-Api-Key. Both sides are hashed to a fixed length
+// and every key is compared, so neither a key's length nor which key
+// matched shows in the timing.
 func (h *LLMRoute) authorized(r *http.Request) bool {
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	tok, ok := bearerToken(r.Header.Get("Authorization"))
 	if !ok {
 		tok = r.Header.Get("X-Api-Key")
 	}
@@ -53,4 +54,49 @@ func (h *LLMRoute) authorized(r *http.Request) bool {
 		match |= subtle.ConstantTimeCompare(sum[:], h.keyHashes[i][:])
 	}
 	return match == 1
+}
+
+// bearerToken returns the token of an Authorization value in the Bearer
+// scheme. The scheme is case-insensitive (RFC 9110, 11.1) and may be
+// followed by spaces or tabs.
+func bearerToken(v string) (string, bool) {
+	v = strings.TrimLeft(v, " \t")
+	i := strings.IndexAny(v, " \t")
+	if i < 0 || !strings.EqualFold(v[:i], "Bearer") {
+		return "", false
+	}
+	return strings.Trim(v[i:], " \t"), true
+}
+
+// credentialParams are query parameters that carry API keys in some
+// clients (Gemini's ?key=, Azure's api-key, ?api_key=). llm_route never
+// forwards them; the access log is written from a copy of the request
+// made before any handler runs, so Caddyfile.example filters them there.
+var credentialParams = []string{"api_key", "api-key", "apikey", "key", "access_token"}
+
+// stripCredentials removes credential parameters from the request's query
+// (in place, so that every later view of the URL lacks them) and the
+// credential headers the replicas must not see.
+func stripCredentials(r *http.Request) {
+	r.Header.Del("Authorization")
+	r.Header.Del("X-Api-Key")
+	r.Header.Del("Api-Key")
+	if r.URL.RawQuery == "" {
+		return
+	}
+	q := r.URL.Query()
+	found := false
+	for k := range q {
+		for _, c := range credentialParams {
+			if strings.EqualFold(k, c) {
+				q.Del(k)
+				found = true
+			}
+		}
+	}
+	if !found {
+		return
+	}
+	r.URL.RawQuery = q.Encode()
+	r.RequestURI = r.URL.RequestURI()
 }

@@ -37,6 +37,7 @@ func parseLLMRoute(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) 
 //		max_blocks       <n>
 //		replica_header   <name>
 //		request_usage
+//		allow_paths      <path...>
 //	}
 func (h *LLMRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
@@ -91,6 +92,12 @@ func (h *LLMRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.ReplicaHeader = d.Val()
 		case "request_usage":
 			h.RequestUsage = true
+		case "allow_paths":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			h.AllowPaths = append(h.AllowPaths, args...)
 		default:
 			return d.Errf("unrecognized llm_route option %q", d.Val())
 		}
@@ -109,9 +116,13 @@ func (h *LLMRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //		cooldown        <base> [<max>]
 //		dial_timeout_fails <n> [<window>]
 //		fail_status     <code...>
+//		status_fails    <n>
 //		balance_factor  <float>
 //		load_slack      <n>
 //		cold_choices    1|2|3
+//		peers           auto|none|some
+//		cold_slack      <size>
+//		index_answers   [on|off]
 //		cold_balance_factor <float>
 //		index_blocks    <n>
 //		seed            <n>
@@ -136,7 +147,7 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			p.Strategy = d.Val()
-		case "max_in_flight", "queue_size", "load_slack", "index_blocks", "cold_choices":
+		case "max_in_flight", "queue_size", "load_slack", "index_blocks", "cold_choices", "status_fails":
 			name := d.Val()
 			if !d.NextArg() {
 				return d.ArgErr()
@@ -156,6 +167,8 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				p.IndexBlocks = n
 			case "cold_choices":
 				p.ColdChoices = n
+			case "status_fails":
+				p.StatusFails = n
 			}
 		case "queue_timeout", "slow_start":
 			name := d.Val()
@@ -232,6 +245,36 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			} else {
 				p.ColdBalanceFactor = f
 			}
+		case "peers":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			p.Peers = d.Val()
+		case "cold_slack":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			if d.Val() == "-1" || d.Val() == "off" {
+				p.ColdSlack = -1
+				break
+			}
+			size, err := humanizeSize(d.Val())
+			if err != nil {
+				return d.Errf("cold_slack: %v", err)
+			}
+			p.ColdSlack = int(size)
+		case "index_answers":
+			on := true
+			if d.NextArg() {
+				switch d.Val() {
+				case "on":
+				case "off":
+					on = false
+				default:
+					return d.Errf("index_answers: want on or off, got %q", d.Val())
+				}
+			}
+			p.IndexAnswers = &on
 		case "seed":
 			if !d.NextArg() {
 				return d.ArgErr()

@@ -119,6 +119,8 @@ type fake struct {
 	seen     map[string]int
 	lastAuth string
 	lastBody string
+	lastURL  string
+	lastHdr  http.Header
 	cur, max atomic.Int64
 	total    atomic.Int64
 	canceled atomic.Int64
@@ -145,6 +147,14 @@ func newFake(t *testing.T) *fake {
 	return f
 }
 
+// last returns what the fake saw of the last request: its URI, headers
+// and body.
+func (f *fake) last() (uri string, hdr http.Header, body string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastURL, f.lastHdr, f.lastBody
+}
+
 func (f *fake) count(id string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -158,6 +168,8 @@ func (f *fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.seen[r.Header.Get("X-Request-Id")]++
 	f.lastAuth = r.Header.Get("Authorization")
 	f.lastBody = string(body)
+	f.lastURL = r.URL.RequestURI()
+	f.lastHdr = r.Header.Clone()
 	hold := f.hold
 	f.mu.Unlock()
 	n := f.cur.Add(1)

@@ -14,6 +14,8 @@ type apiError struct {
 	code       string
 	message    string
 	retryAfter time.Duration
+	// allow is the Allow header of a 405.
+	allow string
 }
 
 // writeAPIError writes e as JSON. The message never contains request
@@ -25,6 +27,9 @@ func writeAPIError(w http.ResponseWriter, e apiError) {
 	h.Del("Content-Length")
 	if e.retryAfter > 0 || e.status == http.StatusTooManyRequests || e.status == http.StatusServiceUnavailable {
 		h.Set("Retry-After", retryAfterSeconds(e.retryAfter))
+	}
+	if e.allow != "" {
+		h.Set("Allow", e.allow)
 	}
 	if e.status == http.StatusUnauthorized {
 		h.Set("WWW-Authenticate", `Bearer realm="llmroute"`)
@@ -58,6 +63,14 @@ var (
 		message: "Request body must name a model: the 'model' field is missing or not a string."}
 	errContentType = apiError{status: http.StatusUnsupportedMediaType, typ: "invalid_request_error", code: "unsupported_media_type",
 		message: "Content-Type must be application/json."}
+	errNotFound = apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "unknown_url",
+		message: "Unknown endpoint: this gateway serves the inference API only."}
+	errMethod = apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error", code: "method_not_allowed",
+		message: "This endpoint does not accept that method."}
+	errEncoding = apiError{status: http.StatusUnsupportedMediaType, typ: "invalid_request_error", code: "unsupported_content_encoding",
+		message: "Content-Encoding must be gzip, deflate, zstd or identity."}
+	errDecode = apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "body_decode_error",
+		message: "The request body could not be decoded with its Content-Encoding."}
 	errBodyRead = apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "body_read_error",
 		message: "Could not read the request body."}
 )
@@ -74,6 +87,9 @@ func rejectError(r rejectReason, retryAfter time.Duration) apiError {
 	case rejectNoReplicas:
 		return apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "no_replicas", retryAfter: retryAfter,
 			message: "No model replica is configured for this route."}
+	case rejectRateLimited:
+		return apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded", retryAfter: retryAfter,
+			message: "Every model replica is rate limiting; retry after the time given in Retry-After."}
 	default:
 		return apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "no_healthy_replica", retryAfter: retryAfter,
 			message: "No healthy model replica is available; retry later."}

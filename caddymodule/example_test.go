@@ -25,4 +25,14 @@ func TestCaddyfileExampleIsValid(t *testing.T) {
 	// The policy options the example shows reach the module.
 	require.Contains(t, string(cfgJSON), `"cold_balance_factor":3`)
 	require.Contains(t, string(cfgJSON), `"dial_timeout_fails":3`)
+	require.Contains(t, string(cfgJSON), `"status_fails":3`)
+	require.Contains(t, string(cfgJSON), `"allow_paths":["/health"]`)
+	// Slow clients are bounded; streams are not cut by a write timeout.
+	require.Contains(t, string(cfgJSON), `"read_header_timeout":10000000000`)
+	require.Contains(t, string(cfgJSON), `"read_timeout":60000000000`)
+	require.Contains(t, string(cfgJSON), `"idle_timeout":120000000000`)
+	require.NotContains(t, string(cfgJSON), `"write_timeout"`)
+	// Query-string keys are kept out of the access log.
+	require.Contains(t, string(cfgJSON), `"filter":"query"`)
+	require.Contains(t, string(cfgJSON), `"parameter":"api_key"`)
 }

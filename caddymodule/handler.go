@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -58,6 +59,15 @@ type LLMRoute struct {
 	// client which replica served it (its dial address). Off by default.
 	ReplicaHeader string `json:"replica_header,omitempty"`
 
+	// AllowPaths lists further request paths that may reach the replicas,
+	// with any method, besides the inference API (POST to the chat,
+	// completions, responses, messages, embeddings, rerank/score and
+	// tokenize endpoints; GET /v1/models). A trailing `*` matches any path
+	// below, e.g. `/v1/audio/*`. Anything else gets an OpenAI-shaped 404
+	// (405 for a known path with another method): a replica's own
+	// /metrics, /sleep or /reset_prefix_cache are not for key holders.
+	AllowPaths []string `json:"allow_paths,omitempty"`
+
 	// RequestUsage asks the engine for usage in streamed answers
 	// (stream_options.include_usage) so that llmroute can compare the
 	// cached tokens it predicted with those the engine reports. When the
@@ -100,6 +110,11 @@ func (h *LLMRoute) Validate() error {
 	if h.BlockSize < 0 || h.MaxBlocks < 0 {
 		return fmt.Errorf("block_size and max_blocks must be >= 0")
 	}
+	for _, p := range h.AllowPaths {
+		if !strings.HasPrefix(p, "/") {
+			return fmt.Errorf("allow_paths: %q must start with /", p)
+		}
+	}
 	return nil
 }
 
@@ -113,8 +128,12 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 		writeAPIError(w, errUnauthorized)
 		return nil
 	}
-	r.Header.Del("Authorization")
-	r.Header.Del("X-Api-Key")
+	stripCredentials(r)
+	if apiErr, ok := h.allowed(r); !ok {
+		metricRequests.WithLabelValues("", "", "not_allowed").Inc()
+		writeAPIError(w, apiErr)
+		return nil
+	}
 	if h.upstream != "" {
 		r.Header.Set("Authorization", "Bearer "+h.upstream)
 	}
@@ -122,7 +141,7 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 	start := time.Now()
 	var rc *routeCtx
 	var sniff *usageSniffer
-	if r.Method == http.MethodPost {
+	if hasBody(r) {
 		req, body, apiErr, ok := h.readRequest(r)
 		if !ok {
 			metricRequests.WithLabelValues("", "", "bad_request").Inc()
@@ -139,7 +158,9 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 		rc = newRouteCtx(start, req, body)
 		r.Body = bodyReader(body)
 		r.ContentLength = int64(len(body))
+		r.TransferEncoding = nil
 		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+		r.Header.Del("Content-Encoding")
 	} else {
 		rc = newRouteCtx(start, nil, nil)
 	}

@@ -60,6 +60,10 @@ var (
 		Namespace: metricNS, Name: "predictions_total",
 		Help: "Prefix predictions checked against the engine: hit (predicted and cached), miss (predicted, not cached), concurrent (predicted, not cached, sent while the same prefix was still being prefilled there), cold (not predicted).",
 	}, []string{"replica", "result"})
+	metricStatusOverrides = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNS, Name: "status_cooldown_overrides_total",
+		Help: "Cooldowns begun by fail_status answers that were ended early because every replica was out, by replica.",
+	}, []string{"replica"})
 	metricIndexPurges = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metricNS, Name: "index_purges_total",
 		Help: "Residency index purges, by replica and reason.",
@@ -104,7 +108,7 @@ func registerMetrics(ctx caddy.Context) {
 	for _, c := range []prometheus.Collector{
 		metricRequests, metricRejected, metricCooldowns, metricQueueDepth, metricQueueWait,
 		metricDecision, metricTTFB, metricPredictedTokens, metricReportedTokens, metricPromptTokens,
-		metricPredictions, metricIndexPurges, stateCollector{},
+		metricPredictions, metricIndexPurges, metricStatusOverrides, stateCollector{},
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

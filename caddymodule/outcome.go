@@ -23,12 +23,30 @@ const (
 )
 
 // outcome is how one attempt on a replica ended: its kind, and for a
-// failure the reason (a metrics label) and the replica's Retry-After.
+// failure the reason (a metrics label), the status the replica answered
+// (0 for a transport failure) and its Retry-After.
 type outcome struct {
 	kind       outcomeKind
 	reason     string
+	status     int
 	retryAfter time.Duration
+	// reqID identifies the request's content (routeCtx.requestID) on a
+	// status failure, so that a replica's streak counts distinct requests.
+	reqID uint64
 }
+
+// Failure reasons of an answered request.
+const (
+	// reasonRateLimited: the replica answered 429.
+	reasonRateLimited = "429"
+	// reasonUnavailable: the replica answered 503.
+	reasonUnavailable = "503"
+	// reasonStatus: the replica answered a status in fail_status. Unlike
+	// the others it may be the request's fault (an input the engine
+	// mishandles), so it cools the replica only when it repeats
+	// (cooldown.go, countStatusFailLocked).
+	reasonStatus = "5xx"
+)
 
 // Outcomes without detail.
 var (
@@ -124,13 +142,20 @@ func clearAttemptPlaceholders(r *http.Request) {
 
 // classifyStatus maps an upstream status to what it says of the replica.
 func classifyStatus(status int, failStatus map[int]bool) outcome {
+	var o outcome
 	switch {
 	case status == http.StatusTooManyRequests:
-		return failed("429", 0)
+		o = failed(reasonRateLimited, 0)
 	case status == http.StatusServiceUnavailable:
-		return failed("503", 0)
+		o = failed(reasonUnavailable, 0)
 	case failStatus[status]:
-		return failed("5xx", 0)
+		o = failed(reasonStatus, 0)
+	}
+	if o.kind == outcomeFailure {
+		o.status = status
+		return o
+	}
+	switch {
 	case status >= 200 && status < 400:
 		return succeeded
 	}

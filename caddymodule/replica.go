@@ -43,6 +43,12 @@ type replicaState struct {
 	// countDialTimeoutLocked); dialLast is when the last one was counted.
 	dialTimeouts int
 	dialLast     time.Time
+	// statusFails holds the identities (routeCtx.requestID) of the
+	// distinct requests whose status failures (fail_status) make up the
+	// current streak; see countStatusFailLocked.
+	statusFails []uint64
+	// failedAt is when the replica last began a cooldown.
+	failedAt time.Time
 	// coolUntil is when the current cooldown ends.
 	coolUntil time.Time
 	// coolReason says why the replica is cooling (for state and metrics).
@@ -158,6 +164,8 @@ type replicaView struct {
 	inFlight, prefilling int
 	avail                availability
 	coolLeft             time.Duration
+	coolReason           string
+	failedAt             time.Time
 	waiting, running     int
 	kv                   float64
 }
@@ -169,6 +177,7 @@ func (s *replicaState) snapshot(now time.Time, limit int) replicaView {
 	v := replicaView{inFlight: s.inFlight, prefilling: s.prefilling, avail: s.availableLocked(now, limit)}
 	if now.Before(s.coolUntil) {
 		v.coolLeft = s.coolUntil.Sub(now)
+		v.coolReason, v.failedAt = s.coolReason, s.failedAt
 	}
 	v.waiting, v.running, v.kv = s.engine.view(now)
 	return v

@@ -11,8 +11,16 @@ import (
 	"github.com/llmroute/caddy-llmroute/policies"
 )
 
-// readRequest checks the content type, reads the bounded body once and
-// parses it into the request's model, stream flags and prefix keys.
+// hasBody reports whether r carries a body: every POST, and any request
+// with a Content-Length or a chunked body. The body checks (type, size,
+// encoding) apply to all of them, whatever the method.
+func hasBody(r *http.Request) bool {
+	return r.Method == http.MethodPost || r.ContentLength != 0 || len(r.TransferEncoding) > 0
+}
+
+// readRequest checks the content type, reads the bounded body once
+// (decoding its Content-Encoding) and parses it into the request's model,
+// stream flags and prefix keys.
 func (h *LLMRoute) readRequest(r *http.Request) (*policies.Request, []byte, apiError, bool) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
@@ -40,6 +48,12 @@ func (h *LLMRoute) readRequest(r *http.Request) (*policies.Request, []byte, apiE
 		return nil, nil, errTooLarge, false
 	}
 	body := buf.Bytes()
+	if ce := r.Header.Get("Content-Encoding"); ce != "" {
+		var apiErr apiError
+		if body, apiErr = decodeBody(ce, body, h.MaxBodyBytes); apiErr.status != 0 {
+			return nil, nil, apiErr, false
+		}
+	}
 	req, err := policies.Parse(r.URL.Path, body, h.parseCfg)
 	switch {
 	case errors.Is(err, policies.ErrMissingModel):

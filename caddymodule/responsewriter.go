@@ -44,6 +44,7 @@ func (w *routeWriter) WriteHeader(status int) {
 	}
 	if w.sniff != nil {
 		w.sniff.start(w.Header().Get("Content-Type"))
+		w.startAnswer(status)
 	}
 	w.ResponseWriterWrapper.WriteHeader(status)
 }

@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/llmroute/caddy-llmroute/policies"
 )
@@ -24,11 +26,12 @@ const routeVarKey = "llmroute.route"
 type rejectReason int
 
 const (
-	rejectNone       rejectReason = iota
-	rejectQueueFull               // bounded wait queue was full -> 429
-	rejectQueueWait               // waited past queue_timeout -> 429
-	rejectNoHealthy               // every replica is cooling or tried -> 503
-	rejectNoReplicas              // the pool is empty -> 503
+	rejectNone        rejectReason = iota
+	rejectQueueFull                // bounded wait queue was full -> 429
+	rejectQueueWait                // waited past queue_timeout -> 429
+	rejectNoHealthy                // every replica is cooling or tried -> 503
+	rejectNoReplicas               // the pool is empty -> 503
+	rejectRateLimited              // every replica is cooling after a 429 -> 429
 )
 
 func (r rejectReason) String() string {
@@ -41,6 +44,8 @@ func (r rejectReason) String() string {
 		return "no_healthy_replica"
 	case rejectNoReplicas:
 		return "no_replicas"
+	case rejectRateLimited:
+		return "rate_limited"
 	}
 	return "none"
 }
@@ -65,6 +70,13 @@ type routeCtx struct {
 	retryAfter time.Duration
 	// done is set once the handler has settled the request.
 	done bool
+	// id is the request's identity (requestIDLocked), 0 until needed.
+	id uint64
+	// failedOn is the last attempt that ended with a status failure, and
+	// failedStatus its status: the same status from the next replica makes
+	// it the request's fault (judgeLocked).
+	failedOn     *attempt
+	failedStatus int
 	// dialTimedOut and gotConn name the attempt whose dial to the replica
 	// timed out, and the one that got a connection: an attempt that failed
 	// without an answer, whose dial timed out and that got no connection,
@@ -145,10 +157,12 @@ func (rc *routeCtx) endCurrent(o outcome) {
 	rc.mu.Lock()
 	cur := rc.cur
 	rc.cur = nil
-	rc.mu.Unlock()
+	var forgive *attempt
 	if cur != nil {
-		cur.end(o)
+		o, forgive = rc.judgeLocked(cur, o)
 	}
+	rc.mu.Unlock()
+	rc.endJudged(cur, o, forgive)
 }
 
 // finish ends whatever is still held with o; the handler calls it once,
@@ -159,11 +173,67 @@ func (rc *routeCtx) finish(o outcome) {
 	cur := rc.cur
 	rc.cur = nil
 	rc.done = true
-	rc.mu.Unlock()
+	var forgive *attempt
 	if cur != nil {
-		cur.end(o)
+		o, forgive = rc.judgeLocked(cur, o)
+	}
+	rc.mu.Unlock()
+	rc.endJudged(cur, o, forgive)
+}
+
+// judgeLocked decides whose fault a status failure of attempt a is. The
+// same status from a second replica means the request is at fault, not
+// the replicas: the attempt ends neutral and the earlier replica forgets
+// the failure (returned as forgive). Otherwise the failure is stamped with
+// the request's identity for the replica's streak.
+func (rc *routeCtx) judgeLocked(a *attempt, o outcome) (outcome, *attempt) {
+	if o.kind != outcomeFailure || o.reason != reasonStatus {
+		return o, nil
+	}
+	if rc.failedOn != nil && rc.failedOn.rep != a.rep && rc.failedStatus == o.status {
+		return neutralEnd, rc.failedOn
+	}
+	rc.failedOn, rc.failedStatus = a, o.status
+	o.reqID = rc.requestIDLocked()
+	return o, nil
+}
+
+// endJudged ends a with o and takes the request's failure back from the
+// replica of forgive.
+func (rc *routeCtx) endJudged(a *attempt, o outcome, forgive *attempt) {
+	if forgive != nil {
+		forgive.rep.forgiveStatusFail(rc.requestID())
+	}
+	if a != nil {
+		a.end(o)
 	}
 }
+
+// requestID returns the request's identity.
+func (rc *routeCtx) requestID() uint64 {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.requestIDLocked()
+}
+
+// requestIDLocked identifies the request's content: a hash of its body,
+// so that the same input sent again has the same identity. It is computed
+// when first needed (a status failure), before the body is dropped
+// (answered runs before the first byte); a request without a body gets a
+// unique identity.
+func (rc *routeCtx) requestIDLocked() uint64 {
+	if rc.id == 0 {
+		if rc.body != nil {
+			rc.id = xxhash.Sum64(rc.body) | 1
+		} else {
+			rc.id = uniqueIDs.Add(2) // even: never a body's hash
+		}
+	}
+	return rc.id
+}
+
+// uniqueIDs numbers requests without a body.
+var uniqueIDs atomic.Uint64
 
 // refuse records an admission refusal and counts it.
 func (rc *routeCtx) refuse(r rejectReason, retryAfter time.Duration) {
@@ -212,9 +282,16 @@ func (rc *routeCtx) firstByte() {
 }
 
 // answered passes the status of the response headers relayed to the
-// client to the attempt in progress (a probe is judged there).
+// client to the attempt in progress (a probe is judged there). A failure
+// status fixes the request's identity while the body is still at hand.
 func (rc *routeCtx) answered(status int) {
-	if cur := rc.current(); cur != nil {
+	rc.mu.Lock()
+	cur := rc.cur
+	if status >= 500 {
+		rc.requestIDLocked()
+	}
+	rc.mu.Unlock()
+	if cur != nil {
 		cur.answered(status)
 	}
 }

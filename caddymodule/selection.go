@@ -75,8 +75,20 @@ type LLMSelection struct {
 	DialTimeoutWindow caddy.Duration `json:"dial_timeout_window,omitempty"`
 
 	// FailStatus lists the upstream status codes, besides 429 and 503 (which
-	// always count), that put a replica in cooldown. Default [500, 502, 504].
+	// always cool a replica at once), that count as the replica's failure.
+	// An engine also answers these to an input it mishandles, so they cool a
+	// replica only when StatusFails distinct requests in a row get one from
+	// it; a request that gets the same status from a second replica is the
+	// request's fault and counts against neither; and they never cool every
+	// replica: the least recently failed one stays routable, through a
+	// probe. Default [500, 502, 504].
 	FailStatus []int `json:"fail_status,omitempty"`
+
+	// StatusFails is how many distinct requests in a row must get a
+	// FailStatus answer from a replica before it cools (the same input sent
+	// again counts once; any success ends the streak), like Envoy's
+	// consecutive_5xx. 1 cools at the first. Default 3.
+	StatusFails int `json:"status_fails,omitempty"`
 
 	// BalanceFactor is prefix_load's load bound: a replica stays a candidate
 	// while its load+1 is at most BalanceFactor times the mean load (+1)
@@ -90,14 +102,40 @@ type LLMSelection struct {
 	// idle. Default 2.
 	LoadSlack int `json:"load_slack,omitempty"`
 
-	// ColdChoices is where prefix_load may send a cold prefix (one no
-	// replica is believed to hold): 1 (default) always its rendezvous home,
-	// so that several router instances pick the same replica; 2 the
-	// second-ranked replica when that one is less loaded than the home; 3
-	// the least-loaded replica, ties to the home. 2 and 3 cut tail latency
-	// for traffic that shares no prefix when a single router decides; with
-	// several routers they cost hit rate.
+	// ColdChoices selects where prefix_load sends a cold prefix (one no
+	// replica is believed to hold). Unset (0, the default): a new prefix
+	// goes to the replica with the least prefill pending and that replica
+	// becomes its home; with peers (see Peers) it goes to its rendezvous
+	// home unless that one has ColdSlack more prefill pending. 1, 2 and 3
+	// are the rules of earlier releases: 1 always the rendezvous home
+	// (every instance agrees; traffic that shares nothing is hashed, not
+	// balanced), 2 that or the second-ranked replica when less loaded, 3
+	// the least-loaded replica, ties to the home.
 	ColdChoices int `json:"cold_choices,omitempty"`
+
+	// Peers says whether other router instances (or other clients) send to
+	// the same replicas: "auto" (the default) infers it from engine_metrics
+	// (an engine running well more than this router sent there), assuming
+	// peers until the metrics say otherwise or when there are none; "none"
+	// or "some" say so. Alone, prefix_load balances new prefixes by load;
+	// with peers it keeps them at their rendezvous home, which every
+	// instance computes alike, within ColdSlack.
+	Peers string `json:"peers,omitempty"`
+
+	// ColdSlack is, with peers, how many bytes more pending prefill (prompt
+	// this router sent that is believed uncached and awaits its first
+	// byte) a new prefix's rendezvous home may have than the least-loaded
+	// replica for the prefix to go home anyway. Larger makes instances
+	// agree more often on a new prefix's first placement; smaller keeps
+	// traffic that shares nothing from queueing behind itself. Default
+	// 8KiB (about one 2,000-token prompt); -1 means none.
+	ColdSlack int `json:"cold_slack,omitempty"`
+
+	// IndexAnswers adds what each streamed answer said to the replica's
+	// residency index, rendered as the next turn of the conversation will
+	// carry it (the engine caches the KV of the tokens it generates), so
+	// that a conversation's next turn is predicted whole. Default true.
+	IndexAnswers *bool `json:"index_answers,omitempty"`
 
 	// ColdBalanceFactor is the looser load bound a cold prefix's home must
 	// be within (cold_choices 1): past it the prefix goes to the next
@@ -205,6 +243,9 @@ func (p *LLMSelection) setup() error {
 	if p.DialTimeoutFails == 0 {
 		p.DialTimeoutFails = 3
 	}
+	if p.StatusFails == 0 {
+		p.StatusFails = 3
+	}
 	if p.DialTimeoutWindow == 0 {
 		p.DialTimeoutWindow = caddy.Duration(10 * time.Second)
 	}
@@ -229,6 +270,8 @@ func (p *LLMSelection) setup() error {
 		LoadSlack:         p.LoadSlack,
 		ColdChoices:       p.ColdChoices,
 		ColdBalanceFactor: p.ColdBalanceFactor,
+		Peers:             peerModes[p.Peers],
+		ColdSlack:         p.ColdSlack,
 	}
 	var err error
 	// The strategy resolves opts itself (WithDefaults is not idempotent for
@@ -243,6 +286,7 @@ func (p *LLMSelection) setup() error {
 		cd: cooldownConfig{
 			base: time.Duration(p.CooldownBase), max: time.Duration(p.CooldownMax),
 			dialFails: p.DialTimeoutFails, dialWindow: time.Duration(p.DialTimeoutWindow),
+			statusFails: p.StatusFails,
 		},
 		failStatus: map[int]bool{429: true, 503: true},
 		strategy:   p.strategy.Name(),
@@ -250,6 +294,7 @@ func (p *LLMSelection) setup() error {
 	for _, s := range p.FailStatus {
 		p.rules.failStatus[s] = true
 	}
+	p.rules.indexAnswers = p.IndexAnswers == nil || *p.IndexAnswers
 	return nil
 }
 
@@ -264,11 +309,17 @@ func (p *LLMSelection) Validate() error {
 	if p.CooldownBase < 0 || p.CooldownMax < p.CooldownBase {
 		return fmt.Errorf("cooldown must satisfy 0 <= base <= max")
 	}
+	if p.StatusFails < 0 {
+		return fmt.Errorf("status_fails must be >= 0, got %d", p.StatusFails)
+	}
 	if p.DialTimeoutFails < 0 || p.DialTimeoutWindow < 0 {
 		return fmt.Errorf("dial_timeout_fails and its window must be >= 0")
 	}
 	if p.ColdChoices < 0 {
 		return fmt.Errorf("cold_choices must be >= 1, got %d", p.ColdChoices)
+	}
+	if _, ok := peerModes[p.Peers]; !ok {
+		return fmt.Errorf(`peers must be "auto", "none" or "some", got %q`, p.Peers)
 	}
 	if p.BalanceFactor < 1 {
 		return fmt.Errorf("balance_factor must be >= 1, got %v", p.BalanceFactor)
@@ -356,8 +407,8 @@ func (p *LLMSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _
 	if up != nil {
 		return up
 	}
-	if res.cooling == res.total {
-		rc.refuse(rejectNoHealthy, res.minCool)
+	if why := res.refusal(); why != rejectNone {
+		rc.refuse(why, res.minCool)
 		return nil
 	}
 

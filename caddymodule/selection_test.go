@@ -322,7 +322,7 @@ func TestReloadDuringStream(t *testing.T) {
 func TestMetricsExposed(t *testing.T) {
 	f := newFake(t)
 	r := startRouter(t, fmt.Sprintf(`
-	handle /empty/* {
+	handle_path /empty/* {
 		llm_route
 		# A dynamic source with no sources yields an empty upstream set.
 		reverse_proxy {
@@ -367,7 +367,8 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 // TestRefusedAndFailStatus proves a refused connection is retried on
 // another replica before any byte reaches the client and cools the refusing
 // replica ("transport"), and that a status listed in fail_status cools the
-// replica that answered it while unlisted 4xx do not.
+// replica that answered it (with status_fails 1: at the first such answer)
+// while unlisted 4xx do not.
 func TestRefusedAndFailStatus(t *testing.T) {
 	dead := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	live := newFake(t)
@@ -376,6 +377,7 @@ func TestRefusedAndFailStatus(t *testing.T) {
 	reverse_proxy %s %s {
 		lb_policy llm round_robin {
 			fail_status 500
+			status_fails 1
 		}
 		lb_retries 1
 	}`, dead, live.addr))

@@ -32,6 +32,9 @@ type usageSniffer struct {
 	cached       int
 	promptTokens int
 	finished     bool // saw a finish_reason or [DONE]
+
+	// answer, when set, is fed the answer's text (answers.go).
+	answer *answerCapture
 }
 
 func (s *usageSniffer) start(contentType string) {
@@ -168,6 +171,9 @@ func (s *usageSniffer) inspect(line []byte) bool {
 		s.finished = true
 		return false
 	}
+	if s.answer != nil {
+		s.answer.feed(data)
+	}
 	if bytes.Contains(data, []byte(`"finish_reason":"`)) || bytes.Contains(data, []byte(`"finish_reason": "`)) {
 		s.finished = true
 	}
@@ -220,11 +226,18 @@ func (s *usageSniffer) read(doc []byte) bool {
 	return u.Usage != nil && (u.Choices == nil || len(*u.Choices) == 0)
 }
 
-// finish parses a buffered non-streamed body.
+// finish parses a buffered non-streamed body, and ends the answer's
+// capture.
 func (s *usageSniffer) finish() {
 	if s.json && len(s.body) > 0 {
 		s.read(s.body)
+		if s.answer != nil {
+			s.answer.feed(s.body)
+		}
 		s.finished = true
 		s.body = nil
+	}
+	if s.answer != nil {
+		s.answer.end(s.finished)
 	}
 }

@@ -11,8 +11,24 @@ import (
 
 // selectResult summarises a failed selection.
 type selectResult struct {
-	total, cooling int
-	minCool        time.Duration
+	// total replicas; cooling of them are down (cooling, unhealthy, tried
+	// or gone), limited of those cooling after a 429.
+	total, cooling, limited int
+	minCool                 time.Duration
+}
+
+// refusal is why a request must be refused now (rejectNone: it may
+// wait): every replica is down, and if each one is down because it
+// answered 429, the replicas are rate limiting (the client is told 429,
+// as the replicas would have told it), else they are unavailable (503).
+func (res selectResult) refusal() rejectReason {
+	switch {
+	case res.cooling < res.total:
+		return rejectNone
+	case res.limited == res.cooling:
+		return rejectRateLimited
+	}
+	return rejectNoHealthy
 }
 
 // trySelect builds the replicas' view, asks the strategy, reserves a slot
@@ -59,23 +75,31 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 			if v.coolLeft > 0 && (res.minCool == 0 || v.coolLeft < res.minCool) {
 				res.minCool = v.coolLeft
 			}
+			if v.coolReason == reasonRateLimited {
+				res.limited++
+			}
 		}
 		view = append(view, policies.Replica{
-			Addr:          addr,
-			InFlight:      v.inFlight,
-			Prefilling:    v.prefilling,
-			Cap:           limit,
-			Unavailable:   unavailable,
-			EngineWaiting: v.waiting,
-			EngineRunning: v.running,
-			KVUsage:       v.kv,
-			Index:         st.belief.Index(),
+			Addr:       addr,
+			InFlight:   v.inFlight,
+			Prefilling: v.prefilling,
+			// What the replica still has to prefill for this router.
+			PendingPrefill: pendingPrefill(st),
+			Cap:            limit,
+			Unavailable:    unavailable,
+			EngineWaiting:  v.waiting,
+			EngineRunning:  v.running,
+			KVUsage:        v.kv,
+			Index:          st.belief.Index(),
 		})
 		if v.avail == availFull {
 			// Full is expressed through InFlight >= Cap so strategies see it.
 			view[len(view)-1].InFlight = max(v.inFlight, limit)
 		}
 		states = append(states, st)
+	}
+	if res.cooling == res.total {
+		p.keepOneRoutable(pool, rc, view, states, &res, now)
 	}
 	for range len(view) {
 		i := p.strategy.Pick(keys, view)
@@ -101,4 +125,35 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 		return pool[i], res
 	}
 	return nil, res
+}
+
+// keepOneRoutable keeps status failures from taking out every replica (a
+// key holder sending inputs the engine answers 500 to must not take the
+// pool down, as Envoy's max ejection percent keeps hosts in rotation):
+// when every replica is down and some are cooling only because of
+// fail_status answers, the least recently failed of those, if this
+// request has not tried it, has its cooldown ended so that one probe goes
+// through. Its view entry and res are updated.
+func (p *LLMSelection) keepOneRoutable(pool reverseproxy.UpstreamPool, rc *routeCtx, view []policies.Replica, states []*replicaState, res *selectResult, now time.Time) {
+	best := -1
+	var bestAt time.Time
+	for i, st := range states {
+		if st == nil || !pool[i].Healthy() || rc.wasTried(view[i].Addr) {
+			continue
+		}
+		v := st.snapshot(now, view[i].Cap)
+		if v.avail != availCooling || v.coolReason != reasonStatus {
+			continue
+		}
+		if best < 0 || v.failedAt.Before(bestAt) {
+			best, bestAt = i, v.failedAt
+		}
+	}
+	if best < 0 || !states[best].endStatusCooldown(now) {
+		return
+	}
+	metricStatusOverrides.WithLabelValues(view[best].Addr).Inc()
+	v := states[best].snapshot(now, view[best].Cap)
+	view[best].Unavailable = v.avail != availOK
+	res.cooling--
 }

@@ -39,8 +39,8 @@ func (p *LLMSelection) wait(pool reverseproxy.UpstreamPool, r *http.Request, rc 
 		if up != nil {
 			return up
 		}
-		if res.cooling == res.total {
-			rc.refuse(rejectNoHealthy, res.minCool)
+		if why := res.refusal(); why != rejectNone {
+			rc.refuse(why, res.minCool)
 			return nil
 		}
 		select {

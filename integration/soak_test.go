@@ -55,3 +55,37 @@ func TestSoakShort(t *testing.T) {
 	assert.LessOrEqual(t, res.End.RSSBytes, res.Start.RSSBytes+96<<20, "RSS back near its start")
 	assert.True(t, res.Pass, "failures: %v", res.Failures)
 }
+
+// TestSoakPoisonKeepsHealthyTraffic proves that key holders sending
+// poisoned inputs (every replica answers them 500) and asking for the
+// engines' administrative endpoints do not take replicas out for everyone
+// else: over two soaks with the same seed, one with 10% poisoned and 5%
+// forbidden requests and one without, the fault-free requests' success
+// rate stays within 2 points, the poisoned ones get their 500, the
+// forbidden ones a 404 without reaching any replica, and every invariant
+// holds in both.
+func TestSoakPoisonKeepsHealthyTraffic(t *testing.T) {
+	d := 10 * time.Second
+	if testing.Short() {
+		d = 4 * time.Second
+	}
+	seed := uint64(time.Now().UnixNano())
+	run := func(mix map[string]float64) *soak.Result {
+		ctx, cancel := context.WithTimeout(context.Background(), d+90*time.Second)
+		defer cancel()
+		res, err := soak.Run(ctx, soak.Config{Caddy: caddyBin, Duration: d, Rate: 40, Seed: seed, Mix: mix, Dir: t.TempDir()})
+		require.NoError(t, err)
+		t.Logf("mix %v, seed %d\n%s", mix, seed, res.Summary())
+		assert.True(t, res.Pass, "failures: %v", res.Failures)
+		return res
+	}
+	poisoned := run(map[string]float64{soak.KindOK: 85, soak.KindPoison: 10, soak.KindForbidden: 5})
+	clean := run(map[string]float64{soak.KindOK: 100})
+	require.Positive(t, poisoned.Faults[soak.KindPoison], "no poisoned request was sent")
+	require.Positive(t, poisoned.Faults[soak.KindForbidden], "no forbidden request was sent")
+	assert.Zero(t, poisoned.ForbiddenPassed)
+	assert.Zero(t, poisoned.PoisonNot500)
+	assert.Positive(t, poisoned.Errors["http_500_fake_500"], "poisoned requests must reach their client as the engine's 500")
+	assert.InDelta(t, clean.HealthySuccessRate, poisoned.HealthySuccessRate, 0.02,
+		"poisoned traffic lowered the healthy success rate: %.3f vs %.3f", poisoned.HealthySuccessRate, clean.HealthySuccessRate)
+}

@@ -271,7 +271,9 @@ func TestReloadMidStream(t *testing.T) {
 // config reload: after the reload the cooling replica is still skipped
 // until its Retry-After has passed.
 func TestReloadKeepsCooldown(t *testing.T) {
-	e := newEnv(t, 2, nil, baseConfig())
+	cfg := baseConfig()
+	cfg.StatusFails = 1 // one 500 cools
+	e := newEnv(t, 2, nil, cfg)
 	a, b := e.rep(0), e.rep(1)
 	// A 500 is not retried: A cools without the request going elsewhere.
 	a.SetFault(fakereplica.Fault500)
@@ -284,7 +286,7 @@ func TestReloadKeepsCooldown(t *testing.T) {
 	require.True(t, e.replicaState(a.Addr()).Cooling)
 	a.SetFault("")
 
-	cfg := e.cfg
+	cfg = e.cfg
 	cfg.QueueSize = 18
 	require.NoError(t, <-reload(t, e, cfg, `"queue_size":18`))
 	e.freshConns()

@@ -93,6 +93,7 @@ type Policy struct {
 	CooldownBase      time.Duration `json:"cooldown_base"`
 	CooldownMax       time.Duration `json:"cooldown_max"`
 	DialTimeoutFails  int           `json:"dial_timeout_fails"`
+	StatusFails       int           `json:"status_fails"`
 	EngineMetrics     bool          `json:"engine_metrics"`
 }
 

@@ -1,6 +1,7 @@
 // Command llmsoak soaks the caddy binary (Caddy with llmroute) against
 // in-process fake replicas: it drives requests at an open-loop rate for a
 // bounded time, with random faults from the failure matrix (429, 503, 500,
+// poisoned inputs every replica answers 500 to, administrative paths,
 // stalls, streams cut mid-way, slow streams, clients that leave), then
 // checks that no reservation leaked, no request was sent again after its
 // first byte reached the client, no cut answer was shown as complete, no
@@ -36,8 +37,10 @@ func main() {
 	flag.IntVar(&cfg.Cap, "cap", 8, "max_in_flight per replica")
 	flag.IntVar(&cfg.QueueSize, "queue-size", 128, "router queue size")
 	flag.DurationVar(&cfg.QueueTimeout, "queue-timeout", 3*time.Second, "router queue timeout")
+	flag.DurationVar(&cfg.CooldownBase, "cooldown", 100*time.Millisecond, "the policy's first cooldown of a failing replica")
+	flag.DurationVar(&cfg.CooldownMax, "cooldown-max", time.Second, "the policy's longest cooldown")
 	flag.Uint64Var(&cfg.Seed, "seed", uint64(time.Now().UnixNano()), "random seed for the request mix")
-	flag.StringVar(&mix, "mix", "", "fault weights, e.g. ok=60,429=4,503=4,500=2,stall=2,cut=5,slow=15,disconnect=8 (default that)")
+	flag.StringVar(&mix, "mix", "", "fault weights, e.g. ok=60,429=4,503=4,500=2,stall=2,cut=5,slow=15,disconnect=8,poison=3,forbidden=2 (default that)")
 	flag.DurationVar(&cfg.ProgressEvery, "progress", 5*time.Second, "progress line interval")
 	flag.IntVar(&cfg.MaxGoroutineGrowth, "max-goroutine-growth", 40, "allowed growth of caddy's goroutines")
 	flag.Int64Var(&rssMiB, "max-rss-growth-mib", 96, "allowed growth of caddy's RSS, MiB")

@@ -28,6 +28,11 @@ type SiteConfig struct {
 	MaxBodyBytes string // e.g. "64KiB"; "" keeps the default
 	ReplicaHdr   string // "" turns the replica header off
 	NoUsage      bool   // leave request_usage off
+	// AllowPaths is llm_route's allow_paths.
+	AllowPaths []string
+	// AccessLog turns on the site's access log (to caddy's log) with the
+	// credential filter of Caddyfile.example.
+	AccessLog bool
 
 	Strategy     string
 	MaxInFlight  int
@@ -36,7 +41,9 @@ type SiteConfig struct {
 	CooldownBase time.Duration
 	CooldownMax  time.Duration
 	FailStatus   []int
-	ColdChoices  int // 0 keeps the default
+	// StatusFails is status_fails; 0 keeps the default.
+	StatusFails int
+	ColdChoices int // 0 keeps the default
 	// ColdBalanceFactor is cold_balance_factor; 0 keeps the default.
 	ColdBalanceFactor float64
 	// SlowStart, when set, is the policy's slow_start ramp.
@@ -83,6 +90,23 @@ var siteTmpl = template.Must(template.New("caddyfile").Funcs(template.FuncMap{
 
 http://{{.ListenAddr}} {
 	bind 127.0.0.1
+{{- if .AccessLog}}
+	log {
+		output stderr
+		format filter {
+			wrap json
+			fields {
+				request>uri query {
+					delete api_key
+					delete api-key
+					delete apikey
+					delete key
+					delete access_token
+				}
+			}
+		}
+	}
+{{- end}}
 	llm_route {
 {{- if .APIKey}}
 		api_keys {{.APIKey}}
@@ -93,6 +117,9 @@ http://{{.ListenAddr}} {
 {{- end}}
 {{- if .ReplicaHdr}}
 		replica_header {{.ReplicaHdr}}
+{{- end}}
+{{- if .AllowPaths}}
+		allow_paths {{join .AllowPaths " "}}
 {{- end}}
 {{- if not .NoUsage}}
 		request_usage
@@ -110,6 +137,9 @@ http://{{.ListenAddr}} {
 			cooldown {{.CooldownBase}} {{.CooldownMax}}
 {{- if .FailStatus}}
 			fail_status {{ints .FailStatus}}
+{{- end}}
+{{- if .StatusFails}}
+			status_fails {{.StatusFails}}
 {{- end}}
 {{- if .ColdChoices}}
 			cold_choices {{.ColdChoices}}

@@ -106,6 +106,9 @@ type Receipt struct {
 	Fault   string    // the fault applied
 	// Authorization is the Authorization header the replica saw.
 	Authorization string
+	// Method, URI and Header are the request line and headers it saw.
+	Method, URI string
+	Header      http.Header
 	// Stream and IncludeUsage are what the body asked for.
 	Stream, IncludeUsage bool
 	// ChunksSent counts content chunks produced (counted just before each
@@ -521,6 +524,7 @@ func (rp *Replica) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc := &Receipt{
 		Replica: rp.addr, ID: id, At: arrived, Fault: fault,
 		Authorization: r.Header.Get("Authorization"),
+		Method:        r.Method, URI: r.URL.RequestURI(), Header: r.Header.Clone(),
 		Stream:        req.Stream,
 		IncludeUsage:  req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
 		BodyLen:       len(body),

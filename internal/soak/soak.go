@@ -40,12 +40,24 @@ const (
 	KindCut        = "cut"
 	KindSlow       = "slow"
 	KindDisconnect = "disconnect"
+	// KindPoison is a poisoned input: every replica it reaches answers 500
+	// (an input the engine mishandles). It must reach its client as 500
+	// without taking replicas out for everyone else.
+	KindPoison = "poison"
+	// KindForbidden asks for an engine's administrative endpoint
+	// (/metrics, /reset_prefix_cache, /sleep, /sim/fault): it must get 404
+	// unknown_url and never reach a replica.
+	KindForbidden = "forbidden"
 )
 
 // DefaultMix is the default weight of each fault kind.
 var DefaultMix = map[string]float64{
 	KindOK: 60, Kind429: 4, Kind503: 4, Kind500: 2, KindStall: 2, KindCut: 5, KindSlow: 15, KindDisconnect: 8,
+	KindPoison: 3, KindForbidden: 2,
 }
+
+// forbiddenPaths are the endpoints KindForbidden asks for.
+var forbiddenPaths = []string{"/metrics", "/reset_prefix_cache", "/sleep", "/sim/fault", "/flush_cache"}
 
 // Config is one soak run.
 type Config struct {
@@ -66,6 +78,9 @@ type Config struct {
 	// 128 and 3s.
 	QueueSize    int
 	QueueTimeout time.Duration
+	// CooldownBase and CooldownMax are the policy's cooldown. Defaults
+	// 100ms and 1s (short, so that the soak sees many cooldowns end).
+	CooldownBase, CooldownMax time.Duration
 	// Mix weighs the fault kinds (DefaultMix when nil).
 	Mix map[string]float64
 	// StreamShare is the share of non-fault-specific requests that stream.
@@ -102,6 +117,12 @@ func (c *Config) defaults() {
 	}
 	if c.QueueTimeout == 0 {
 		c.QueueTimeout = 3 * time.Second
+	}
+	if c.CooldownBase == 0 {
+		c.CooldownBase = 100 * time.Millisecond
+	}
+	if c.CooldownMax == 0 {
+		c.CooldownMax = max(time.Second, c.CooldownBase)
 	}
 	if c.Mix == nil {
 		c.Mix = DefaultMix
@@ -144,6 +165,15 @@ type Result struct {
 	// UnexpectedFailures counts "ok" and "slow" requests that failed for
 	// another reason than a replica cooling or a full queue.
 	UnexpectedFailures map[string]int `json:"unexpected_failures,omitempty"`
+	// HealthySuccessRate is the share of fault-free ("ok") requests that
+	// succeeded: what poisoned traffic must not lower.
+	HealthySuccessRate float64 `json:"healthy_success_rate"`
+	// ForbiddenPassed counts KindForbidden requests that reached a replica
+	// or got anything but 404 unknown_url.
+	ForbiddenPassed int `json:"forbidden_passed"`
+	// PoisonNot500 counts poisoned requests whose client did not see the
+	// engine's 500 (or a refusal while every replica was out).
+	PoisonNot500 int `json:"poison_not_500"`
 
 	LeakedReservations     int `json:"leaked_reservations"`
 	LeftQueued             int `json:"left_queued"`
@@ -207,8 +237,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		MaxInFlight:           cfg.Cap,
 		QueueSize:             cfg.QueueSize,
 		QueueTimeout:          cfg.QueueTimeout,
-		CooldownBase:          100 * time.Millisecond,
-		CooldownMax:           time.Second,
+		CooldownBase:          cfg.CooldownBase,
+		CooldownMax:           cfg.CooldownMax,
 		Retries:               2,
 		DialTimeout:           time.Second,
 		ResponseHeaderTimeout: time.Second,
@@ -241,7 +271,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	tr := &http.Transport{Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: cfg.MaxInFlight}
 	defer tr.CloseIdleConnections()
 	d := &driver{
-		cfg: cfg, url: "http://" + site.ListenAddr + "/v1/chat/completions",
+		cfg: cfg, base: "http://" + site.ListenAddr, url: "http://" + site.ListenAddr + "/v1/chat/completions",
 		client: &http.Client{Transport: tr, Timeout: 30 * time.Second},
 		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
 	}
@@ -352,9 +382,24 @@ drive:
 	mu.Lock()
 	defer mu.Unlock()
 	res.Skipped = skipped
+	okSent, okDone := 0, 0
 	for _, o := range outcomes {
 		res.Requests++
 		res.Faults[o.kind]++
+		if o.kind == KindOK {
+			okSent++
+			if o.class == "ok" {
+				okDone++
+			}
+		}
+		switch {
+		case o.kind == KindForbidden && (o.class != "http_404_unknown_url" || len(tracker.Receipts(o.id)) > 0):
+			res.ForbiddenPassed++
+			res.example("forbidden path passed", o, tracker.Receipts(o.id))
+		case o.kind == KindPoison && !strings.HasPrefix(o.class, "http_500_") && !expectedUnderFaults(o.class):
+			res.PoisonNot500++
+			res.example("poisoned request not answered 500", o, tracker.Receipts(o.id))
+		}
 		if o.class == "ok" {
 			res.Successes++
 		} else {
@@ -405,6 +450,9 @@ drive:
 			res.example("truncated shown as complete", o, receipts)
 		}
 	}
+	if okSent > 0 {
+		res.HealthySuccessRate = float64(okDone) / float64(okSent)
+	}
 	for _, r := range reps {
 		m := tracker.MaxConcurrent(r.Addr())
 		res.MaxConcurrent[r.Addr()] = m
@@ -437,6 +485,12 @@ drive:
 	}
 	if len(res.UnexpectedFailures) != 0 {
 		res.Failures = append(res.Failures, fmt.Sprintf("fault-free requests failed unexpectedly: %v", res.UnexpectedFailures))
+	}
+	if res.ForbiddenPassed != 0 {
+		res.Failures = append(res.Failures, fmt.Sprintf("%d requests for administrative endpoints reached a replica or got no 404", res.ForbiddenPassed))
+	}
+	if res.PoisonNot500 != 0 {
+		res.Failures = append(res.Failures, fmt.Sprintf("%d poisoned requests did not get the engine's 500", res.PoisonNot500))
 	}
 	if res.End.Goroutines > res.Start.Goroutines+cfg.MaxGoroutineGrowth {
 		res.Failures = append(res.Failures, fmt.Sprintf("goroutines grew from %d to %d (allowed +%d)", res.Start.Goroutines, res.End.Goroutines, cfg.MaxGoroutineGrowth))
@@ -476,7 +530,7 @@ func (r *Result) example(what string, o outcome, receipts []fakereplica.Receipt)
 // queue fill up.
 func expectedUnderFaults(class string) bool {
 	switch class {
-	case "http_503_no_healthy_replica", "http_429_queue_full", "http_429_queue_timeout":
+	case "http_503_no_healthy_replica", "http_429_queue_full", "http_429_queue_timeout", "http_429_rate_limit_exceeded":
 		return true
 	}
 	return false
@@ -486,7 +540,7 @@ func expectedUnderFaults(class string) bool {
 func (r *Result) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "requests:           %d (%.1f/s over %.1fs; %d skipped at the client bound)\n", r.Requests, float64(r.Requests)/max(r.ElapsedSecs, 1e-9), r.ElapsedSecs, r.Skipped)
-	fmt.Fprintf(&b, "successes:          %d\n", r.Successes)
+	fmt.Fprintf(&b, "successes:          %d (fault-free requests: %.1f%%)\n", r.Successes, 100*r.HealthySuccessRate)
 	fmt.Fprintf(&b, "errors by class:    %s\n", fmtCounts(r.Errors))
 	fmt.Fprintf(&b, "faults sent:        %s\n", fmtCounts(r.Faults))
 	fmt.Fprintf(&b, "leaked reservations: %d (queued left: %d)\n", r.LeakedReservations, r.LeftQueued)
@@ -494,6 +548,7 @@ func (r *Result) Summary() string {
 	fmt.Fprintf(&b, "truncated shown as complete: %d\n", r.TruncatedShownComplete)
 	fmt.Fprintf(&b, "truncated request bodies: %d\n", r.TruncatedRequestBodies)
 	fmt.Fprintf(&b, "bad error bodies:   %d\n", r.BadErrorBodies)
+	fmt.Fprintf(&b, "forbidden passed:   %d; poisoned not 500: %d\n", r.ForbiddenPassed, r.PoisonNot500)
 	fmt.Fprintf(&b, "cap violations:     %d (max concurrent per replica %s, cap %d)\n", r.CapViolations, fmtCounts(r.MaxConcurrent), r.Cap)
 	fmt.Fprintf(&b, "goroutines:         %d -> %d\n", r.Start.Goroutines, r.End.Goroutines)
 	fmt.Fprintf(&b, "caddy RSS:          %.1f MiB -> %.1f MiB\n", mib(r.Start.RSSBytes), mib(r.End.RSSBytes))
@@ -573,6 +628,7 @@ func sampleSettled(ctx context.Context, c *caddyproc.Caddy, target int, wait tim
 // driver sends the soak's requests.
 type driver struct {
 	cfg    Config
+	base   string
 	url    string
 	client *http.Client
 
@@ -633,6 +689,9 @@ func (d *driver) one(ctx context.Context, id, kind string) outcome {
 		fakereplica.HeaderChunks: strconv.Itoa(3 + d.intn(6)),
 	}
 	switch kind {
+	case KindPoison:
+		hdr[fakereplica.HeaderFault] = Kind500 // on every replica it reaches
+		hdr[fakereplica.HeaderRetryAfter] = "none"
 	case Kind429, Kind503, Kind500:
 		hdr[fakereplica.HeaderFault] = kind
 		hdr[fakereplica.HeaderFaultOnce] = "1"
@@ -676,9 +735,13 @@ func (d *driver) one(ctx context.Context, id, kind string) outcome {
 		body, _ = json.Marshal(m)
 	}
 
+	url := d.url
+	if kind == KindForbidden {
+		url = d.base + forbiddenPaths[d.intn(len(forbiddenPaths))]
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, d.url, strings.NewReader(string(body)))
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, url, strings.NewReader(string(body)))
 	if err != nil {
 		o.class = "client_error"
 		return o
