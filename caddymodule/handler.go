@@ -163,6 +163,7 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 		r.Header.Del("Content-Encoding")
 	} else {
 		rc = newRouteCtx(start, nil, nil)
+		r.Header.Del("Content-Encoding") // nothing to decode, nothing to label
 	}
 	caddyhttp.SetVar(r.Context(), routeVarKey, rc)
 	// Tell a dial timeout from other transport errors (previousAttempt).
