@@ -357,25 +357,6 @@ func (p *LLMSelection) Cleanup() error {
 	return nil
 }
 
-// state returns this policy's replica state for addr, taking the policy's
-// reference the first time the address is seen.
-func (p *LLMSelection) state(addr string) *replicaState {
-	if v, ok := p.states.Load(addr); ok {
-		return v.(*replicaState)
-	}
-	st := acquireReplica(addr, p.clock)
-	if v, loaded := p.states.LoadOrStore(addr, st); loaded {
-		releaseReplica(addr)
-		return v.(*replicaState)
-	}
-	st.rejoin(p.clock.Now())
-	st.belief.Configure(p.IndexBlocks)
-	if p.scraper != nil {
-		p.scraper.watch(st)
-	}
-	return st
-}
-
 // Select picks a replica for r and reserves a slot on it. It returns nil
 // when the request must be refused; the reason is left in the routing
 // context for llm_route to turn into a 429 or 503.
@@ -414,22 +395,6 @@ func (p *LLMSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _
 
 	// Every usable replica is full: wait for a slot (waitqueue.go).
 	return p.wait(pool, r, rc, keys, start)
-}
-
-// selectUntracked serves requests that did not pass through llm_route: it
-// picks by strategy with Caddy's own request counts and reserves nothing.
-func (p *LLMSelection) selectUntracked(pool reverseproxy.UpstreamPool) *reverseproxy.Upstream {
-	view := make([]policies.Replica, len(pool))
-	for i, u := range pool {
-		view[i] = policies.Replica{
-			Addr: u.String(), InFlight: u.NumRequests(), Cap: u.MaxRequests,
-			Unavailable: !u.Healthy(), EngineWaiting: -1, EngineRunning: -1, KVUsage: -1,
-		}
-	}
-	if i := p.strategy.Pick(policies.Keys{}, view); i >= 0 {
-		return pool[i]
-	}
-	return nil
 }
 
 // Interface guards

@@ -157,3 +157,38 @@ func (p *LLMSelection) keepOneRoutable(pool reverseproxy.UpstreamPool, rc *route
 	view[best].Unavailable = v.avail != availOK
 	res.cooling--
 }
+
+// state returns this policy's replica state for addr, taking the policy's
+// reference the first time the address is seen.
+func (p *LLMSelection) state(addr string) *replicaState {
+	if v, ok := p.states.Load(addr); ok {
+		return v.(*replicaState)
+	}
+	st := acquireReplica(addr, p.clock)
+	if v, loaded := p.states.LoadOrStore(addr, st); loaded {
+		releaseReplica(addr)
+		return v.(*replicaState)
+	}
+	st.rejoin(p.clock.Now())
+	st.belief.Configure(p.IndexBlocks)
+	if p.scraper != nil {
+		p.scraper.watch(st)
+	}
+	return st
+}
+
+// selectUntracked serves requests that did not pass through llm_route: it
+// picks by strategy with Caddy's own request counts and reserves nothing.
+func (p *LLMSelection) selectUntracked(pool reverseproxy.UpstreamPool) *reverseproxy.Upstream {
+	view := make([]policies.Replica, len(pool))
+	for i, u := range pool {
+		view[i] = policies.Replica{
+			Addr: u.String(), InFlight: u.NumRequests(), Cap: u.MaxRequests,
+			Unavailable: !u.Healthy(), EngineWaiting: -1, EngineRunning: -1, KVUsage: -1,
+		}
+	}
+	if i := p.strategy.Pick(policies.Keys{}, view); i >= 0 {
+		return pool[i]
+	}
+	return nil
+}
