@@ -3,10 +3,17 @@
 // sequences ("slots"); a request takes the free slot whose cached tokens
 // share the longest prefix with its prompt (least recently used when none
 // does), keeps that prefix, and evaluates only the rest. The reused count is
-// reported as usage.prompt_tokens_details.cached_tokens.
+// reported as usage.prompt_tokens_details.cached_tokens, in the model's own
+// tokens, rounded down to --block-tokens (vLLM's 16-token blocks).
 //
 //   node server.mjs --model tiny.gguf --port 9101 [--slots 4] [--ctx 4096]
-//        [--threads 1] [--block-tokens 16] [--name replica-a] [--log]
+//        [--threads 1] [--block-tokens 16] [--template plain|model]
+//        [--name replica-a] [--log]
+//
+// --template plain (the byte-vocabulary model) renders "<|role|>\ncontent\n"
+// per message; --template model renders with the GGUF's own Jinja chat
+// template, tools included, and tokenizes the result with special tokens
+// (chat.mjs holds both, and check.mjs checks the second against a reference).
 //
 // Endpoints: POST /v1/chat/completions (stream or not), GET /v1/models,
 // GET /health, GET /metrics (Prometheus text, vLLM metric names), and
@@ -16,6 +23,7 @@
 import http from "node:http";
 import { parseArgs } from "node:util";
 import { getLlama } from "node-llama-cpp";
+import { ChatError, Renderer } from "./chat.mjs";
 
 const { values: opt } = parseArgs({
   options: {
@@ -26,6 +34,7 @@ const { values: opt } = parseArgs({
     threads: { type: "string", default: "1" },
     "block-tokens": { type: "string", default: "16" },
     "max-tokens": { type: "string", default: "16" },
+    template: { type: "string", default: "plain" },
     name: { type: "string", default: "replica" },
     log: { type: "boolean", default: false },
   },
@@ -57,6 +66,13 @@ function int(s, name) {
 const llama = await getLlama({ gpu: false, build: "never", maxThreads: THREADS, logLevel: "warn" });
 const model = await llama.loadModel({ modelPath: opt.model });
 const context = await model.createContext({ contextSize: CTX, sequences: SLOTS, threads: THREADS });
+let renderer;
+try {
+  renderer = new Renderer(model, opt.template);
+} catch (e) {
+  console.error(`--template ${opt.template}: ${e.message}`);
+  process.exit(2);
+}
 
 // ---- slots -----------------------------------------------------------------
 
@@ -136,25 +152,55 @@ function release(slot) {
   }
 }
 
-// ---- chat rendering ----------------------------------------------------------
+// ---- streaming text ------------------------------------------------------------
 
-// A plain template: one "<|role|>\n content \n" block per message, then the
-// assistant header. The markers are ordinary text for this byte vocabulary.
-function render(messages) {
-  let out = "";
-  for (const m of messages) {
-    out += `<|${m.role}|>\n${contentText(m.content)}\n`;
+// TextStream turns generated tokens into the text deltas a client is sent,
+// as vLLM's incremental detokenizer does: the answer so far is detokenized
+// and only its new end is sent, holding back a trailing U+FFFD (a UTF-8
+// sequence that the next tokens may complete), so that the deltas add up to
+// the answer's text and a next turn repeats what the engine generated. Two
+// exceptions keep time to first token the time of the first token, as with
+// any real model: the first token is never held back, and nothing is held
+// more than 3 tokens (a random-weight byte model emits bytes that never
+// form UTF-8; they are sent as U+FFFD, and the tokens before are committed).
+class TextStream {
+  constructor(detokenize) {
+    this.detokenize = detokenize;
+    this.tokens = [];
+    this.base = 0; // tokens before base are committed
+    this.tail = ""; // text already sent of tokens[base:]
+    this.sentAt = 0; // tokens.length at the last delta
+    this.sent = false;
   }
-  return out + "<|assistant|>\n";
-}
 
-function contentText(c) {
-  if (typeof c === "string") return c;
-  if (c == null) return "";
-  if (Array.isArray(c)) {
-    return c.map((p) => (p && typeof p === "object" && typeof p.text === "string" ? p.text : "")).join("");
+  // push adds a token and returns the delta to send now ("" = none).
+  push(tok) {
+    this.tokens.push(tok);
+    const t = this.detokenize(this.tokens.slice(this.base));
+    let show = t.replace(/\uFFFD+$/, "");
+    const force = !this.sent || this.tokens.length - this.sentAt >= 4;
+    if (force && show !== t) show = t;
+    const piece = this.delta(show);
+    if (show === t && t.endsWith("\uFFFD")) {
+      this.base = this.tokens.length;
+      this.tail = "";
+    }
+    return piece;
   }
-  throw new HttpError(400, "message content must be a string or an array of text parts");
+
+  // end returns what is left to send after the last token.
+  end() {
+    return this.delta(this.detokenize(this.tokens.slice(this.base)));
+  }
+
+  delta(show) {
+    if (!show.startsWith(this.tail) || show.length === this.tail.length) return "";
+    const piece = show.slice(this.tail.length);
+    this.tail = show;
+    this.sent = true;
+    this.sentAt = this.tokens.length;
+    return piece;
+  }
 }
 
 class HttpError extends Error {
@@ -215,13 +261,19 @@ async function chat(req, res) {
   for (const m of body.messages) {
     if (!m || typeof m.role !== "string") throw new HttpError(400, "every message needs a role");
   }
+  if (body.tools != null && !Array.isArray(body.tools)) throw new HttpError(400, "tools must be an array");
   let maxTokens = body.max_completion_tokens ?? body.max_tokens ?? DEFAULT_MAX_TOKENS;
   if (!Number.isInteger(maxTokens) || maxTokens < 1) throw new HttpError(400, "max_tokens must be a positive integer");
   const stream = body.stream === true;
   const includeUsage = stream && body.stream_options?.include_usage === true;
   const ignoreEos = body.ignore_eos === true;
 
-  const tokens = [model.tokens.bos, ...model.tokenize(render(body.messages), false)];
+  let tokens;
+  try {
+    tokens = renderer.tokenize(renderer.render(body.messages, body.tools));
+  } catch (e) {
+    throw e instanceof ChatError ? new HttpError(400, e.message) : e;
+  }
   if (tokens.length + maxTokens > CTX) {
     throw new HttpError(400, `prompt (${tokens.length} tokens) plus max_tokens (${maxTokens}) exceeds the context (${CTX})`);
   }
@@ -243,12 +295,23 @@ async function chat(req, res) {
   let ttftMs = -1;
   let text = "";
   let heldBusy = 0;
+  const answer = new TextStream((toks) => model.detokenize(toks));
+  let first = true;
+  const send = (piece) => {
+    if (piece === "") return;
+    text += piece;
+    if (stream) writeDelta(res, id, created, first, piece);
+    first = false;
+  };
   try {
     cached = reusable(slot, tokens);
     heldBusy = busyReuse(tokens, slot);
-    // Which slot served, what it reused, and what a busy slot held: lets
-    // the load generator tell evictions from slot contention.
-    res.setHeader("x-engine-slot", `slot=${slot.id} reuse=${cached} busy_reuse=${heldBusy}`);
+    const lcp = slot.seq.compareContextTokens(tokens).firstDifferentIndex;
+    // Which slot served, what it reused, what a busy slot held, and the
+    // token-exact common prefix before rounding: lets the load generator
+    // tell evictions from slot contention, and see how much of an earlier
+    // answer a next turn repeated token for token.
+    res.setHeader("x-engine-slot", `slot=${slot.id} reuse=${cached} busy_reuse=${heldBusy} lcp=${lcp}`);
     if (slot.seq.nextTokenIndex > cached) {
       await slot.seq.eraseContextTokenRanges([{ start: cached, end: slot.seq.nextTokenIndex }]);
     }
@@ -276,23 +339,18 @@ async function chat(req, res) {
           break;
         }
         generated++;
-        // Random weights: any byte may come out. Never send an empty piece,
-        // so that every generated token is one visible chunk.
-        const piece = model.detokenize([tok]) || "\uFFFD";
         if (aborted) {
           finish = "abort";
           break;
         }
-        if (stream) {
-          const delta = generated === 1 ? { role: "assistant", content: piece } : { content: piece };
-          res.write(`data: ${JSON.stringify({ id, object: "chat.completion.chunk", created, model: MODEL_NAME, choices: [{ index: 0, delta, finish_reason: null }] })}\n\n`);
-        } else {
-          text += piece;
-        }
+        // A token that completes no character (part of a UTF-8 sequence,
+        // a special token) adds no text, and no chunk.
+        send(answer.push(tok));
       }
     } finally {
       await it.return();
     }
+    if (!aborted) send(answer.end());
   } catch (e) {
     finish = "error";
     stats.requests.error++;
@@ -331,6 +389,12 @@ async function chat(req, res) {
       usage,
     });
   }
+}
+
+// writeDelta streams one content chunk (with the role in the first).
+function writeDelta(res, id, created, first, content) {
+  const delta = first ? { role: "assistant", content } : { content };
+  res.write(`data: ${JSON.stringify({ id, object: "chat.completion.chunk", created, model: MODEL_NAME, choices: [{ index: 0, delta, finish_reason: null }] })}\n\n`);
 }
 
 function round(x) {
@@ -407,7 +471,7 @@ const server = http.createServer(async (req, res) => {
 });
 server.keepAliveTimeout = 60_000;
 server.listen(Number(opt.port), "127.0.0.1", () => {
-  console.error(`${opt.name}: listening on 127.0.0.1:${opt.port} (${SLOTS} slots x ${CTX} tokens, ${THREADS} thread, reuse in ${BLOCK}-token blocks)`);
+  console.error(`${opt.name}: listening on 127.0.0.1:${opt.port} (${SLOTS} slots x ${CTX} tokens, ${THREADS} thread, reuse in ${BLOCK}-token blocks, ${opt.template} template)`);
 });
 
 for (const sig of ["SIGINT", "SIGTERM"]) {

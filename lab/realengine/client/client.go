@@ -9,11 +9,12 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/llmroute/caddy-llmroute/internal/openai"
+	"github.com/llmroute/caddy-llmroute/internal/sse"
 	"github.com/llmroute/caddy-llmroute/internal/stats"
 )
 
@@ -21,6 +22,8 @@ import (
 type Result struct {
 	Index        int     `json:"index"`
 	Group        int     `json:"group"`
+	Turn         int     `json:"turn"`
+	Prev         int     `json:"prev"` // plan index of the previous turn, -1 none
 	SentAtMs     float64 `json:"sent_at_ms"`
 	Status       int     `json:"status"`
 	Replica      string  `json:"replica,omitempty"`
@@ -29,13 +32,24 @@ type Result struct {
 	Chunks       int     `json:"chunks"`
 	PromptTokens int     `json:"prompt_tokens"`
 	CachedTokens int     `json:"cached_tokens"`
-	HasUsage     bool    `json:"has_usage"`
-	Finish       string  `json:"finish_reason,omitempty"`
-	Slot         int     `json:"engine_slot"`       // from the replica's x-engine-slot header; -1 unknown
-	BusyReuse    int     `json:"engine_busy_reuse"` // tokens a busy slot held for this prompt
-	Done         bool    `json:"done"`              // saw data: [DONE]
-	Complete     bool    `json:"complete"`          // 200, a finish_reason, [DONE] and usage
-	Error        string  `json:"error,omitempty"`
+	// CompletionTokens is usage.completion_tokens: the answer's tokens.
+	CompletionTokens int `json:"completion_tokens"`
+	// RouterPromptBytes is the size of llmroute's canonical rendering of
+	// the request (Client.RouterBytes), 0 when not computed.
+	RouterPromptBytes int    `json:"router_prompt_bytes,omitempty"`
+	HasUsage          bool   `json:"has_usage"`
+	Finish            string `json:"finish_reason,omitempty"`
+	Slot              int    `json:"engine_slot"`       // from the replica's x-engine-slot header; -1 unknown
+	BusyReuse         int    `json:"engine_busy_reuse"` // tokens a busy slot held for this prompt
+	// EngineLCP is the token-exact common prefix of the prompt with the
+	// slot that served it, before rounding down to the engine's blocks
+	// (-1 unknown).
+	EngineLCP int `json:"engine_lcp"`
+	// Answer is the text the engine streamed (what a next turn repeats).
+	Answer   string `json:"answer,omitempty"`
+	Done     bool   `json:"done"`     // saw data: [DONE]
+	Complete bool   `json:"complete"` // 200, a finish_reason, [DONE] and usage
+	Error    string `json:"error,omitempty"`
 }
 
 // Client sends requests to one OpenAI-compatible endpoint.
@@ -45,27 +59,40 @@ type Client struct {
 	MaxTokens     int
 	ReplicaHeader string
 	HTTP          *http.Client
+	// RouterBytes, when set, measures each body as the router renders it
+	// (Result.RouterPromptBytes).
+	RouterBytes func(body []byte) int
 }
 
 type chatReq struct {
-	Model         string              `json:"model"`
-	Messages      []map[string]string `json:"messages"`
-	MaxTokens     int                 `json:"max_tokens"`
-	Stream        bool                `json:"stream"`
-	StreamOptions map[string]bool     `json:"stream_options"`
-	IgnoreEOS     bool                `json:"ignore_eos"`
-	Temperature   float64             `json:"temperature"`
+	Model         string          `json:"model"`
+	Messages      []Message       `json:"messages"`
+	MaxTokens     int             `json:"max_tokens"`
+	Stream        bool            `json:"stream"`
+	StreamOptions map[string]bool `json:"stream_options"`
+	IgnoreEOS     bool            `json:"ignore_eos"`
+	Temperature   float64         `json:"temperature"`
+}
+
+// ChatBody is the body Do sends for r: a streamed chat completion of
+// model with r's messages, maxTokens tokens, usage included, EOS ignored.
+func ChatBody(model string, maxTokens int, r Request) []byte {
+	body, _ := json.Marshal(chatReq{
+		Model: model, MaxTokens: maxTokens, Stream: true, IgnoreEOS: true,
+		StreamOptions: map[string]bool{"include_usage": true},
+		Messages:      r.Messages(),
+	})
+	return body
 }
 
 // Do streams one request and measures it. TTFT is the time from sending to
 // the first chunk that carries generated text.
 func (c *Client) Do(ctx context.Context, r Request, start time.Time) (res Result) {
-	res = Result{Index: r.Index, Group: r.Group, TTFTMs: -1, Slot: -1}
-	body, _ := json.Marshal(chatReq{
-		Model: c.Model, MaxTokens: c.MaxTokens, Stream: true, IgnoreEOS: true,
-		StreamOptions: map[string]bool{"include_usage": true},
-		Messages:      []map[string]string{{"role": "system", "content": r.System}, {"role": "user", "content": r.User}},
-	})
+	res = Result{Index: r.Index, Group: r.Group, Turn: r.Turn, Prev: r.Prev, TTFTMs: -1, Slot: -1, EngineLCP: -1}
+	body := ChatBody(c.Model, c.MaxTokens, r)
+	if c.RouterBytes != nil {
+		res.RouterPromptBytes = c.RouterBytes(body)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL, bytes.NewReader(body))
 	if err != nil {
 		res.Error = err.Error()
@@ -87,21 +114,24 @@ func (c *Client) Do(ctx context.Context, r Request, start time.Time) (res Result
 		res.Replica = resp.Header.Get(c.ReplicaHeader)
 	}
 	if h := resp.Header.Get("X-Engine-Slot"); h != "" {
-		fmt.Sscanf(h, "slot=%d reuse=%d busy_reuse=%d", &res.Slot, new(int), &res.BusyReuse)
+		res.Slot, res.BusyReuse, res.EngineLCP = engineSlot(h)
 	}
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		res.Error = fmt.Sprintf("status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
 		return res
 	}
-	st := openai.ReadStream(resp.Body)
+	var seen bytes.Buffer
+	st := openai.ReadStream(io.TeeReader(resp.Body, &capped{b: &seen, left: 1 << 20}))
 	res.Done, res.Chunks, res.Finish = st.Done, st.Chunks, st.Finish
+	res.Answer = answerText(seen.Bytes())
 	if !st.FirstContent.IsZero() {
 		res.TTFTMs = ms(st.FirstContent.Sub(sent))
 	}
 	if st.Usage != nil {
 		res.HasUsage = true
 		res.PromptTokens, res.CachedTokens = st.Usage.PromptTokens, st.Usage.Cached()
+		res.CompletionTokens = st.Usage.CompletionTokens
 	}
 	if st.BadChunk != nil {
 		res.Error = "bad chunk: " + st.BadChunk.Error()
@@ -120,6 +150,65 @@ func (c *Client) Do(ctx context.Context, r Request, start time.Time) (res Result
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// engineSlot parses the replica's x-engine-slot header ("slot=N reuse=R
+// busy_reuse=B lcp=L", lcp optional): the slot, what a busy slot held, and
+// the token-exact common prefix (-1 when absent).
+func engineSlot(h string) (slot, busyReuse, lcp int) {
+	slot, busyReuse, lcp = -1, 0, -1
+	for _, f := range strings.Fields(h) {
+		k, v, ok := strings.Cut(f, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil {
+			continue
+		}
+		switch k {
+		case "slot":
+			slot = n
+		case "busy_reuse":
+			busyReuse = n
+		case "lcp":
+			lcp = n
+		}
+	}
+	return slot, busyReuse, lcp
+}
+
+// answerText joins the content deltas of the first choice in a stream's
+// bytes: the answer as a client assembles it.
+func answerText(stream []byte) string {
+	var b strings.Builder
+	sr := sse.NewReader(bytes.NewReader(stream))
+	for {
+		data, err := sr.Next()
+		if err != nil || sse.IsDone(data) {
+			return b.String()
+		}
+		var c openai.Chunk
+		if json.Unmarshal(data, &c) != nil {
+			continue
+		}
+		for _, ch := range c.Choices {
+			if ch.Index == 0 {
+				b.WriteString(ch.Delta.Content)
+			}
+		}
+	}
+}
+
+// capped is a writer that keeps at most left bytes and drops the rest.
+type capped struct {
+	b    *bytes.Buffer
+	left int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if k := min(len(p), c.left); k > 0 {
+		c.b.Write(p[:k])
+		c.left -= k
+	}
+	return len(p), nil
+}
 
 // Run sends the plan open-loop: each request at its planned time, whatever
 // happened to the earlier ones. Requests still running at the deadline are
@@ -152,36 +241,110 @@ func (c *Client) Run(ctx context.Context, plan []Request, deadline time.Duration
 }
 
 // RunClosed sends the plan closed-loop: concurrency clients, each sending
-// the next request of the plan (in plan order, ignoring the planned times)
-// as soon as its previous one ended. Requests still running at the deadline
-// are cancelled and count as incomplete; the rest are not sent.
+// the first request of the plan not yet sent whose previous turn (Prev) has
+// ended, as soon as its own previous request ended; planned times are
+// ignored. A turn is sent with its conversation's History, the answers the
+// engine streamed included. Requests still running at the deadline are
+// cancelled and count as incomplete; the rest are not sent.
 func (c *Client) RunClosed(ctx context.Context, plan []Request, concurrency int, deadline time.Duration) []Result {
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	start := time.Now()
 	results := make([]Result, len(plan))
-	var next atomic.Int64
+	s := newScheduler(plan)
+	stop := context.AfterFunc(ctx, s.wake)
+	defer stop()
 	var wg sync.WaitGroup
 	for w := 0; w < max(concurrency, 1); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(plan) {
+				r, ok := s.next(ctx)
+				if !ok {
 					return
 				}
-				r := plan[i]
-				if ctx.Err() != nil {
-					results[i] = Result{Index: r.Index, Group: r.Group, TTFTMs: -1, Error: "not sent: run deadline"}
-					continue
-				}
-				results[i] = c.Do(ctx, r, start)
+				res := c.Do(ctx, r, start)
+				results[r.Index] = res
+				s.done(r, res.Answer)
 			}
 		}()
 	}
 	wg.Wait()
+	for i, r := range plan {
+		if !s.sent[i] {
+			results[i] = Result{Index: r.Index, Group: r.Group, Turn: r.Turn, Prev: r.Prev, TTFTMs: -1, Slot: -1, EngineLCP: -1,
+				Error: "not sent: run deadline"}
+		}
+	}
 	return results
+}
+
+// scheduler hands out a plan's requests in order, each once its previous
+// turn has ended. Request i must have Index i.
+type scheduler struct {
+	mu    sync.Mutex
+	plan  []Request
+	sent  []bool
+	ended []bool
+	// history[i] is what request i's next turn repeats: i's History plus
+	// its question and answer (set when i ends).
+	history [][]Exchange
+	first   int           // lowest index not yet sent
+	changed chan struct{} // closed and replaced whenever a request ends
+}
+
+func newScheduler(plan []Request) *scheduler {
+	return &scheduler{plan: plan, sent: make([]bool, len(plan)), ended: make([]bool, len(plan)),
+		history: make([][]Exchange, len(plan)), changed: make(chan struct{})}
+}
+
+// next returns the first unsent request that may go now, waiting while
+// every unsent one waits for a turn in flight; false when none is left or
+// ctx ended.
+func (s *scheduler) next(ctx context.Context) (Request, bool) {
+	for {
+		s.mu.Lock()
+		for s.first < len(s.plan) && s.sent[s.first] {
+			s.first++
+		}
+		if s.first == len(s.plan) || ctx.Err() != nil {
+			s.mu.Unlock()
+			return Request{}, false
+		}
+		for i := s.first; i < len(s.plan); i++ {
+			r := s.plan[i]
+			if s.sent[i] || (r.Prev >= 0 && !s.ended[r.Prev]) {
+				continue
+			}
+			s.sent[i] = true
+			if r.Prev >= 0 {
+				r.History = s.history[r.Prev]
+			}
+			s.mu.Unlock()
+			return r, true
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		<-ch
+	}
+}
+
+// done records that r ended with answer and wakes waiting clients.
+func (s *scheduler) done(r Request, answer string) {
+	s.mu.Lock()
+	h := append(append([]Exchange(nil), r.History...), Exchange{User: r.User, Assistant: answer})
+	s.history[r.Index], s.ended[r.Index] = h, true
+	s.mu.Unlock()
+	s.wake()
+}
+
+// wake wakes every client waiting in next.
+func (s *scheduler) wake() {
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
 }
 
 // Summary aggregates a run's results.
@@ -218,13 +381,83 @@ type Summary struct {
 	// nothing cached: see Classify.
 	Misses    map[string]int `json:"cache_outcomes,omitempty"`
 	DurationS float64        `json:"duration_s"`
+	// RouterBytesPerToken is the router's canonical prompt bytes over the
+	// engine's prompt tokens (llmroute assumes policies.BytesPerToken).
+	RouterBytesPerToken float64 `json:"router_bytes_per_engine_token,omitempty"`
+	// Answers is, in multi-turn conversations, how much of each earlier
+	// answer the engine reused; nil outside them.
+	Answers *AnswerReuse `json:"answer_reuse,omitempty"`
+}
+
+// AnswerReuse measures the answers repeated in multi-turn prompts: the
+// engine's slot holds what it generated, the next turn repeats the answer
+// as text, and only tokens that re-tokenize the same are reused.
+type AnswerReuse struct {
+	// Turns counts later turns served by a slot that still held their
+	// whole previous prompt (EngineLCP >= its prompt tokens); Elsewhere
+	// the rest (another replica, or the slot was reused).
+	Turns     int `json:"turns"`
+	Elsewhere int `json:"elsewhere"`
+	// AnswerTokens sums the previous answers' tokens over Turns, and
+	// Reused the tokens past the previous prompt the engine matched token
+	// for token (at most the answer).
+	AnswerTokens int     `json:"answer_tokens"`
+	Reused       int     `json:"reused_tokens"`
+	Rate         float64 `json:"reused_rate"`
+}
+
+// AnswerReuseOf computes AnswerReuse over one run's results, indexed by
+// plan index (as RunClosed returns them); nil when no result has a
+// previous turn.
+func AnswerReuseOf(rs []Result) *AnswerReuse {
+	var a *AnswerReuse
+	for _, r := range rs {
+		if r.Prev < 0 || r.Prev >= len(rs) {
+			continue
+		}
+		if a == nil {
+			a = &AnswerReuse{}
+		}
+		p := rs[r.Prev]
+		if !r.Complete || !p.Complete || r.EngineLCP < 0 {
+			continue
+		}
+		if r.EngineLCP < p.PromptTokens {
+			a.Elsewhere++
+			continue
+		}
+		a.Turns++
+		a.AnswerTokens += p.CompletionTokens
+		a.Reused += min(r.EngineLCP-p.PromptTokens, p.CompletionTokens)
+	}
+	if a != nil && a.AnswerTokens > 0 {
+		a.Rate = float64(a.Reused) / float64(a.AnswerTokens)
+	}
+	return a
+}
+
+// Add accumulates o into a (for pooling runs).
+func (a *AnswerReuse) Add(o *AnswerReuse) {
+	if o == nil {
+		return
+	}
+	a.Turns += o.Turns
+	a.Elsewhere += o.Elsewhere
+	a.AnswerTokens += o.AnswerTokens
+	a.Reused += o.Reused
+	a.Rate = 0
+	if a.AnswerTokens > 0 {
+		a.Rate = float64(a.Reused) / float64(a.AnswerTokens)
+	}
 }
 
 // Summarize computes a Summary. TTFT and end-to-end percentiles are over
-// the completed requests.
+// the completed requests. Misses (Classify) and Answers (AnswerReuseOf)
+// read send order and plan indexes: summarize one run's results for them.
 func Summarize(rs []Result) Summary {
 	s := Summary{Requests: len(rs), PerReplica: map[string]int{}}
 	var ttft, e2e, hit, miss []float64
+	routerBytes := 0
 	groups := map[int]map[string]int{}
 	for _, r := range rs {
 		if r.Status != 0 && r.Status != http.StatusOK {
@@ -247,6 +480,7 @@ func Summarize(rs []Result) Summary {
 		}
 		s.PromptTokens += r.PromptTokens
 		s.CachedTokens += r.CachedTokens
+		routerBytes += r.RouterPromptBytes
 		if r.CachedTokens > 0 {
 			s.RequestsWithCache++
 		}
@@ -280,7 +514,9 @@ func Summarize(rs []Result) Summary {
 	}
 	if s.PromptTokens > 0 {
 		s.CachedTokenRate = float64(s.CachedTokens) / float64(s.PromptTokens)
+		s.RouterBytesPerToken = float64(routerBytes) / float64(s.PromptTokens)
 	}
+	s.Answers = AnswerReuseOf(rs)
 	if len(groups) > 0 {
 		n := 0
 		for _, g := range groups {

@@ -102,3 +102,54 @@ func TestClassifyAndSummarize(t *testing.T) {
 		t.Fatalf("group homes %v split %v", s.GroupHomes, s.GroupSplit)
 	}
 }
+
+func TestMultiTurnPlanAndAnswerReuse(t *testing.T) {
+	plan, err := Plan(WorkloadConfig{Name: MultiTurn, Groups: 3, PerGroup: 4, SystemChars: 200, Rate: 1, Seed: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[int]int{}
+	for i, r := range plan {
+		p, seen := last[r.Group]
+		switch {
+		case !seen && (r.Prev != -1 || r.Turn != 0):
+			t.Fatalf("request %d opens conversation %d with prev %d turn %d", i, r.Group, r.Prev, r.Turn)
+		case seen && (r.Prev != p || r.Turn != plan[p].Turn+1 || plan[p].System != r.System):
+			t.Fatalf("request %d: prev %d turn %d, want prev %d turn %d", i, r.Prev, r.Turn, p, plan[p].Turn+1)
+		}
+		last[r.Group] = i
+	}
+	if len(last) != 3 {
+		t.Fatalf("%d conversations", len(last))
+	}
+	r := Request{System: "s", User: "q3", History: []Exchange{{"q1", "a1"}, {"q2", "a2"}}}
+	ms := r.Messages()
+	if len(ms) != 6 || ms[0] != (Message{"system", "s"}) || ms[2] != (Message{"assistant", "a1"}) || ms[5] != (Message{"user", "q3"}) {
+		t.Fatalf("messages %+v", ms)
+	}
+
+	ok := func(i, prev, prompt, completion, lcp int) Result {
+		return Result{Index: i, Prev: prev, PromptTokens: prompt, CompletionTokens: completion, EngineLCP: lcp, Complete: true}
+	}
+	rs := []Result{
+		ok(0, -1, 100, 8, 0),
+		ok(1, 0, 130, 8, 105), // reused 5 of the 8 answer tokens
+		ok(2, 1, 160, 8, 140), // all 8 (capped at the answer)
+		ok(3, -1, 100, 8, 0),  //
+		ok(4, 3, 130, 8, 60),  // slot did not hold turn 3: elsewhere
+		{Index: 5, Prev: 4},   // incomplete: not counted
+	}
+	a := AnswerReuseOf(rs)
+	if a == nil || a.Turns != 2 || a.Elsewhere != 1 || a.AnswerTokens != 16 || a.Reused != 13 || a.Rate != 13.0/16 {
+		t.Fatalf("answer reuse %+v", a)
+	}
+	if AnswerReuseOf(rs[:1]) != nil {
+		t.Fatal("answer reuse without later turns")
+	}
+	var sum AnswerReuse
+	sum.Add(a)
+	sum.Add(a)
+	if sum.Turns != 4 || sum.Reused != 26 || sum.Rate != 13.0/16 {
+		t.Fatalf("pooled %+v", sum)
+	}
+}

@@ -1,8 +1,11 @@
-// Package gguf writes a tiny llama-architecture model in the GGUF v3 format
-// (random F32 weights, byte-level SentencePiece vocabulary) and reads GGUF
-// headers back. It exists so that llmroute's real-engine measurement can run
-// llama.cpp on CPU without downloading a model: the file is regenerated in
-// about a second and never committed.
+// Package gguf writes small random-weight models in the GGUF v3 format and
+// reads GGUF headers back: a llama-architecture model with a byte-level
+// SentencePiece vocabulary (Config, Write), and a qwen3-architecture model
+// that carries a real BPE tokenizer and chat template taken from a Hugging
+// Face tokenizer.json (Qwen3Config, LoadHFTokenizer, WriteQwen3). It exists so
+// that llmroute's real-engine measurement can run llama.cpp on CPU without
+// downloading a model: the files are regenerated in seconds and never
+// committed (nor are the tokenizer files they are written from).
 //
 // Format reference: ggml's docs/gguf.md. Little-endian throughout:
 //
@@ -48,15 +51,27 @@ const (
 	TypeFloat64 uint32 = 12
 )
 
-// GGMLTypeF32 is ggml's tensor type for 32-bit floats.
-const GGMLTypeF32 uint32 = 0
+// ggml tensor types written here.
+const (
+	// GGMLTypeF32 is ggml's tensor type for 32-bit floats.
+	GGMLTypeF32 uint32 = 0
+	// GGMLTypeF16 is ggml's tensor type for IEEE 754 half floats.
+	GGMLTypeF16 uint32 = 1
+)
 
-// SentencePiece token types (llama.cpp's llama_token_type).
+// Token types (llama.cpp's llama_token_type), for SentencePiece and BPE
+// vocabularies alike.
 const (
 	TokenNormal  int32 = 1
 	TokenUnknown int32 = 2
 	TokenControl int32 = 3
-	TokenByte    int32 = 6
+	// TokenUserDefined marks added tokens that are not control tokens
+	// (Qwen's <think>, <tool_call>): matched whole in text, printed as text.
+	TokenUserDefined int32 = 4
+	// TokenUnused marks padding entries of a vocabulary rounded up to the
+	// model's embedding rows.
+	TokenUnused int32 = 5
+	TokenByte   int32 = 6
 )
 
 // Config describes the model to generate.
@@ -123,6 +138,15 @@ type TensorInfo struct {
 	Dims   []uint64
 	Type   uint32
 	Offset uint64
+}
+
+// Bytes is the size of the tensor's data: 2 bytes an element in F16, 4 in
+// F32.
+func (t TensorInfo) Bytes() uint64 {
+	if t.Type == GGMLTypeF16 {
+		return t.Elements() * 2
+	}
+	return t.Elements() * 4
 }
 
 // Elements is the tensor's element count.
@@ -198,13 +222,21 @@ func (c Config) Tensors() []TensorInfo {
 			TensorInfo{Name: p + "ffn_down.weight", Dims: []uint64{f, e}},
 		)
 	}
-	off := uint64(0)
 	for i := range ts {
 		ts[i].Type = GGMLTypeF32
-		ts[i].Offset = off
-		off = align(off + ts[i].Elements()*4)
 	}
+	layout(ts)
 	return ts
+}
+
+// layout sets each tensor's data offset from its size and type, every
+// tensor aligned to Alignment.
+func layout(ts []TensorInfo) {
+	off := uint64(0)
+	for i := range ts {
+		ts[i].Offset = off
+		off = align(off + ts[i].Bytes())
+	}
 }
 
 func align(n uint64) uint64 { return (n + Alignment - 1) / Alignment * Alignment }
@@ -220,13 +252,20 @@ func Write(w io.Writer, c Config) (int64, error) {
 	if err := c.validate(); err != nil {
 		return 0, err
 	}
-	scale := c.Scale
+	return writeModel(w, c.Metadata(), c.Tensors(), c.Seed, c.Scale)
+}
+
+// writeModel writes a whole GGUF file: the header with meta and tensors
+// (whose offsets layout has set), then the tensor data. Norm weights are
+// ones; every other weight is drawn from N(0, scale²) (scale 0 = 0.02) by a
+// PCG generator seeded with seed, tensor by tensor in file order, so the
+// same inputs give the same bytes.
+func writeModel(w io.Writer, meta []KV, tensors []TensorInfo, seed uint64, scale float64) (int64, error) {
 	if scale == 0 {
 		scale = 0.02
 	}
 	cw := &countWriter{w: bufio.NewWriterSize(w, 1<<20)}
 	e := &enc{w: cw}
-	meta, tensors := c.Metadata(), c.Tensors()
 	e.raw([]byte(Magic))
 	e.u32(Version)
 	e.u64(uint64(len(tensors)))
@@ -249,11 +288,11 @@ func Write(w io.Writer, c Config) (int64, error) {
 	}
 	e.pad()
 	dataStart := cw.n
-	rng := rand.New(rand.NewPCG(c.Seed, 0x9e3779b97f4a7c15))
+	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	buf := make([]byte, 0, 1<<16)
 	for _, t := range tensors {
-		for uint64(cw.n-dataStart) < t.Offset {
-			e.raw([]byte{0})
+		if gap := int64(t.Offset) - (cw.n - dataStart); gap > 0 {
+			e.raw(make([]byte, gap))
 		}
 		norm := isNorm(t.Name)
 		for i := uint64(0); i < t.Elements(); i++ {
@@ -261,8 +300,13 @@ func Write(w io.Writer, c Config) (int64, error) {
 			if !norm {
 				x = float32(rng.NormFloat64() * scale)
 			}
-			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(x))
-			if len(buf) == cap(buf) {
+			switch t.Type {
+			case GGMLTypeF16:
+				buf = binary.LittleEndian.AppendUint16(buf, Float16(x))
+			default:
+				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(x))
+			}
+			if len(buf) >= cap(buf)-4 {
 				e.raw(buf)
 				buf = buf[:0]
 			}

@@ -1,8 +1,11 @@
 // Command realbench runs llmroute's real-engine cache measurement: two
 // llama.cpp replicas (realengine/server.mjs over node-llama-cpp, CPU, one
-// thread each) behind Caddy with llmroute, a shared-prefix and a
-// no-shared-prefix workload under each routing strategy, and the results
-// in JSON with plots. realengine/run.sh prepares everything and calls it.
+// thread each) behind Caddy with llmroute, the shared_prefix,
+// no_shared_prefix and multi_turn workloads under each routing strategy, on
+// each engine configuration in turn (the byte-vocabulary model with a plain
+// template, and the model with Qwen3's BPE tokenizer and chat template), and
+// the results in JSON with plots and per-seed tables. realengine/run.sh
+// prepares everything and calls it.
 //
 // Everything listens on 127.0.0.1 only, and every process it starts is
 // stopped before it returns, also on SIGINT/SIGTERM.
@@ -33,43 +36,81 @@ import (
 	"github.com/llmroute/caddy-llmroute/internal/netx"
 	"github.com/llmroute/caddy-llmroute/internal/proc"
 	"github.com/llmroute/caddy-llmroute/lab/realengine/client"
+	"github.com/llmroute/caddy-llmroute/policies"
 )
 
+// engineSpec is one engine configuration: a model and the template its
+// replicas render prompts with (server.mjs --template).
+type engineSpec struct {
+	Name     string `json:"name"`
+	Model    string `json:"model"`
+	Template string `json:"template"`
+}
+
+// parseEngines reads -engines: name=model.gguf:template, comma-separated.
+func parseEngines(s string) ([]engineSpec, error) {
+	var out []engineSpec
+	seen := map[string]bool{}
+	for _, f := range split(s) {
+		name, rest, ok := strings.Cut(f, "=")
+		i := strings.LastIndex(rest, ":")
+		if !ok || name == "" || i <= 0 || seen[name] {
+			return nil, fmt.Errorf("bad -engines entry %q (want name=model.gguf:plain|model, names unique)", f)
+		}
+		e := engineSpec{Name: name, Model: rest[:i], Template: rest[i+1:]}
+		if e.Template != "plain" && e.Template != "model" {
+			return nil, fmt.Errorf("-engines %s: template %q is neither plain nor model", name, e.Template)
+		}
+		seen[name] = true
+		out = append(out, e)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("-engines is empty")
+	}
+	return out, nil
+}
+
 type config struct {
-	Model        string        `json:"-"`
-	Node         string        `json:"-"`
-	Server       string        `json:"-"`
-	Caddy        string        `json:"-"`
-	OutDir       string        `json:"-"`
-	Results      string        `json:"-"`
-	PlotDir      string        `json:"-"`
-	Policies     []string      `json:"policies"`
-	Workloads    []string      `json:"workloads"`
-	Groups       int           `json:"groups"`
-	PerGroup     int           `json:"prompts_per_group"`
-	SystemChars  int           `json:"system_prompt_chars"`
-	Mode         string        `json:"mode"`
-	Concurrency  int           `json:"concurrency,omitempty"`
-	Rate         float64       `json:"arrival_rate_per_s,omitempty"`
-	MaxTokens    int           `json:"max_tokens"`
-	Slots        int           `json:"slots_per_replica"`
-	Ctx          int           `json:"tokens_per_slot"`
-	Threads      int           `json:"threads_per_replica"`
-	BlockTokens  int           `json:"reuse_block_tokens"`
-	MaxInFlight  int           `json:"router_max_in_flight"`
-	Seed         uint64        `json:"seed"`
-	Repeat       int           `json:"repeat"`
-	ReplicaPorts []int         `json:"replica_ports"`
-	RunTimeout   time.Duration `json:"-"`
-	RunTimeoutS  float64       `json:"run_timeout_s"`
+	Engines     []engineSpec `json:"engines"`
+	TokCheck    string       `json:"-"`
+	Node        string       `json:"-"`
+	Server      string       `json:"-"`
+	Caddy       string       `json:"-"`
+	OutDir      string       `json:"-"`
+	Results     string       `json:"-"`
+	PlotDir     string       `json:"-"`
+	Policies    []string     `json:"policies"`
+	Workloads   []string     `json:"workloads"`
+	Groups      int          `json:"groups"`
+	PerGroup    int          `json:"prompts_per_group"`
+	SystemChars int          `json:"system_prompt_chars"`
+	Mode        string       `json:"mode"`
+	Concurrency int          `json:"concurrency,omitempty"`
+	Rate        float64      `json:"arrival_rate_per_s,omitempty"`
+	MaxTokens   int          `json:"max_tokens"`
+	// MultiTurnMaxTokens is max_tokens in multi_turn: long enough that
+	// the answers repeated in the next turn span engine blocks.
+	MultiTurnMaxTokens int           `json:"multi_turn_max_tokens"`
+	Slots              int           `json:"slots_per_replica"`
+	Ctx                int           `json:"tokens_per_slot"`
+	Threads            int           `json:"threads_per_replica"`
+	BlockTokens        int           `json:"reuse_block_tokens"`
+	MaxInFlight        int           `json:"router_max_in_flight"`
+	Seed               uint64        `json:"seed"`
+	Repeat             int           `json:"repeat"`
+	ReplicaPorts       []int         `json:"replica_ports"`
+	RunTimeout         time.Duration `json:"-"`
+	RunTimeoutS        float64       `json:"run_timeout_s"`
 }
 
 func main() {
 	var c config
 	var policies, workloads string
 	var plotOnly bool
-	var ports string
-	flag.StringVar(&c.Model, "model", "realengine/out/tiny.gguf", "GGUF model")
+	var ports, engines string
+	flag.StringVar(&engines, "engines", "byte=realengine/out/tiny.gguf:plain,bpe=realengine/out/qwen3.gguf:model",
+		"engine configurations, name=model.gguf:template (plain: the byte model's own template; model: the GGUF's chat template), run in turn within each repetition")
+	flag.StringVar(&c.TokCheck, "tokcheck", "experiments/results/realengine/tokenization.json", "tokcheck's record, copied into the results when present")
 	flag.StringVar(&c.Node, "node", "node", "node binary")
 	flag.StringVar(&c.Server, "server", "realengine/server.mjs", "replica server script")
 	flag.StringVar(&c.Caddy, "caddy", "realengine/out/caddy", "caddy binary with llmroute")
@@ -77,14 +118,15 @@ func main() {
 	flag.StringVar(&c.Results, "results", "experiments/results/realengine.json", "results file")
 	flag.StringVar(&c.PlotDir, "plots", "experiments/results/realengine", "plot directory")
 	flag.StringVar(&policies, "policies", "round_robin,prefix_affinity,least_load,prefix_load", "strategies")
-	flag.StringVar(&workloads, "workloads", client.SharedPrefix+","+client.NoSharedPrefix, "workloads")
-	flag.IntVar(&c.Groups, "groups", 8, "shared system prompts")
-	flag.IntVar(&c.PerGroup, "per-group", 6, "requests per group")
+	flag.StringVar(&workloads, "workloads", client.SharedPrefix+","+client.NoSharedPrefix+","+client.MultiTurn, "workloads")
+	flag.IntVar(&c.Groups, "groups", 6, "shared system prompts (multi_turn: conversations)")
+	flag.IntVar(&c.PerGroup, "per-group", 6, "requests per group (multi_turn: turns per conversation)")
 	flag.IntVar(&c.SystemChars, "system-chars", 1800, "system prompt length (≈ tokens)")
 	flag.StringVar(&c.Mode, "mode", "closed", "closed (a fixed number of clients, each sending its next request when the last ends) or poisson (open loop)")
 	flag.IntVar(&c.Concurrency, "concurrency", 2, "clients in closed mode")
 	flag.Float64Var(&c.Rate, "rate", 1.0, "arrival rate in poisson mode, requests/s")
 	flag.IntVar(&c.MaxTokens, "max-tokens", 8, "tokens generated per request")
+	flag.IntVar(&c.MultiTurnMaxTokens, "multi-turn-max-tokens", 24, "tokens generated per multi_turn request")
 	flag.IntVar(&c.Slots, "slots", 4, "context sequences (slots) per replica")
 	flag.IntVar(&c.Ctx, "ctx", 4096, "tokens per slot")
 	flag.IntVar(&c.Threads, "threads", 1, "threads per replica")
@@ -92,9 +134,9 @@ func main() {
 	flag.IntVar(&c.MaxInFlight, "max-in-flight", 2, "router max_in_flight per replica")
 	flag.Uint64Var(&c.Seed, "seed", 1, "workload seed")
 	flag.StringVar(&ports, "replica-ports", "18301,18302", "loopback ports of the two replicas (fixed, because rendezvous homes depend on the addresses); 0 picks free ports")
-	flag.IntVar(&c.Repeat, "repeat", 3, "runs per workload and policy (interleaved; requests pooled)")
+	flag.IntVar(&c.Repeat, "repeat", 3, "runs per engine, workload and policy (interleaved; requests pooled)")
 	flag.DurationVar(&c.RunTimeout, "run-timeout", 120*time.Second, "bound on one policy run")
-	flag.BoolVar(&plotOnly, "plot-only", false, "redraw the plots from the results file and exit")
+	flag.BoolVar(&plotOnly, "plot-only", false, "redraw the plots and tables.md from the results file (and copy in a newer tokcheck record), and exit")
 	flag.Parse()
 	for _, p := range split(ports) {
 		n, err := strconv.Atoi(p)
@@ -108,12 +150,21 @@ func main() {
 	}
 	c.Policies = split(policies)
 	c.Workloads = split(workloads)
+	var err error
+	if c.Engines, err = parseEngines(engines); err != nil {
+		fatal(err)
+	}
 	c.RunTimeoutS = c.RunTimeout.Seconds()
 	switch c.Mode {
 	case "closed":
 		c.Rate = 0
 	case "poisson":
 		c.Concurrency = 0
+		for _, wl := range c.Workloads {
+			if wl == client.MultiTurn {
+				fatal(fmt.Errorf("multi_turn needs -mode closed: a turn waits for the answer before it"))
+			}
+		}
 	default:
 		fatal(fmt.Errorf("-mode must be closed or poisson"))
 	}
@@ -126,6 +177,15 @@ func main() {
 		}
 		if err == nil {
 			err = plotAll(out, c.PlotDir)
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(c.PlotDir, "tables.md"), []byte(markdownTables(out)), 0o644)
+		}
+		// tokcheck is deterministic and runs in seconds: a newer record
+		// replaces the copy in the results.
+		if tc, rerr := os.ReadFile(c.TokCheck); err == nil && rerr == nil && json.Valid(tc) && string(tc) != string(out.Tokenization) {
+			out.Tokenization = tc
+			err = writeJSON(c.Results, out)
 		}
 		if err != nil {
 			fatal(err)
@@ -145,7 +205,11 @@ func main() {
 	if err := plotAll(out, c.PlotDir); err != nil {
 		fatal(err)
 	}
-	printTable(out)
+	tables := markdownTables(out)
+	if err := os.WriteFile(filepath.Join(c.PlotDir, "tables.md"), []byte(tables), 0o644); err != nil {
+		fatal(err)
+	}
+	fmt.Print(tables)
 }
 
 func split(s string) []string {
@@ -165,15 +229,27 @@ func fatal(err error) {
 
 // Output is the results file.
 type Output struct {
-	Description string                              `json:"description"`
-	GeneratedAt string                              `json:"generated_at"`
-	Config      config                              `json:"config"`
-	Environment map[string]any                      `json:"environment"`
-	Workloads   map[string]map[string]*PolicyResult `json:"workloads"`
-	Notes       []string                            `json:"notes"`
+	Description string                   `json:"description"`
+	GeneratedAt string                   `json:"generated_at"`
+	Config      config                   `json:"config"`
+	Environment map[string]any           `json:"environment"`
+	Engines     map[string]*EngineResult `json:"engines"`
+	// Tokenization is tokcheck's record (checks against the reference
+	// tokenizer and rendering, and the static probes), when it was run.
+	Tokenization json.RawMessage `json:"tokenization,omitempty"`
+	Notes        []string        `json:"notes"`
 }
 
-// PolicyResult is one workload under one strategy.
+// EngineResult is every workload and strategy on one engine configuration.
+type EngineResult struct {
+	Model       string                              `json:"model"`
+	Template    string                              `json:"template"`
+	Description string                              `json:"description"`
+	Workloads   map[string]map[string]*PolicyResult `json:"workloads"`
+}
+
+// PolicyResult is one workload under one strategy on one engine, pooled
+// over the repetitions; Runs holds each repetition (seed) apart.
 type PolicyResult struct {
 	client.Summary
 	Router  client.Prediction `json:"router"`
@@ -186,18 +262,32 @@ type PolicyResult struct {
 // RunSummary is one run of a workload under a policy (PolicyResult pools
 // the requests of all runs).
 type RunSummary struct {
-	TTFTP50         float64        `json:"ttft_p50_ms"`
-	TTFTP99         float64        `json:"ttft_p99_ms"`
-	CachedTokenRate float64        `json:"cached_token_rate"`
-	Precision       float64        `json:"router_precision"`
-	Completed       int            `json:"completed"`
-	DurationS       float64        `json:"duration_s"`
-	LoadStart       string         `json:"loadavg_start"`
-	LoadEnd         string         `json:"loadavg_end"`
-	Outcomes        map[string]int `json:"cache_outcomes,omitempty"`
-	GroupHomes      map[string]int `json:"groups_by_main_replica,omitempty"`
-	GroupSplit      float64        `json:"replicas_per_group,omitempty"`
-	Seed            uint64         `json:"seed"`
+	TTFTP50         float64 `json:"ttft_p50_ms"`
+	TTFTP99         float64 `json:"ttft_p99_ms"`
+	TTFTP50Hit      float64 `json:"ttft_p50_hit_ms,omitempty"`
+	TTFTP50Miss     float64 `json:"ttft_p50_miss_ms,omitempty"`
+	CachedTokenRate float64 `json:"cached_token_rate"`
+	Precision       float64 `json:"router_precision"`
+	// The router's verdicts and token totals of this run.
+	Hits                  int     `json:"hits"`
+	Misses                int     `json:"misses"`
+	Concurrent            int     `json:"concurrent"`
+	Cold                  int     `json:"cold"`
+	Purges                int     `json:"index_purges"`
+	PredictedOverReported float64 `json:"predicted_over_reported"`
+	RouterBytesPerToken   float64 `json:"router_bytes_per_engine_token"`
+	PromptTokens          int     `json:"prompt_tokens"`
+	CachedTokens          int     `json:"cached_tokens"`
+	// Answers is multi_turn's reuse of the engine's own answers.
+	Answers    *client.AnswerReuse `json:"answer_reuse,omitempty"`
+	Completed  int                 `json:"completed"`
+	DurationS  float64             `json:"duration_s"`
+	LoadStart  string              `json:"loadavg_start"`
+	LoadEnd    string              `json:"loadavg_end"`
+	Outcomes   map[string]int      `json:"cache_outcomes,omitempty"`
+	GroupHomes map[string]int      `json:"groups_by_main_replica,omitempty"`
+	GroupSplit float64             `json:"replicas_per_group,omitempty"`
+	Seed       uint64              `json:"seed"`
 }
 
 // runOut is what one run produced.
@@ -292,6 +382,10 @@ func post(ctx context.Context, hc *http.Client, url string) error {
 	return nil
 }
 
+// deployment is the router's deployment identity, the same for every
+// engine so that both see the same leading keys and rendezvous homes.
+const deployment = "realengine-tiny"
+
 const caddyfileTmpl = `{
 	admin 127.0.0.1:%[1]d
 	metrics
@@ -302,7 +396,7 @@ const caddyfileTmpl = `{
 http://127.0.0.1:%[2]d {
 	bind 127.0.0.1
 	llm_route {
-		deployment realengine-tiny
+		deployment %[6]s
 		replica_header X-LLMRoute-Replica
 		request_usage
 	}
@@ -346,140 +440,138 @@ func run(ctx context.Context, c config) (out Output, err error) {
 		mu.Unlock()
 	}
 
-	// Two replicas.
-	var replicas []string
-	for i, name := range []string{"replica-a", "replica-b"} {
-		port := c.ReplicaPorts[i]
-		if port == 0 {
-			if port, err = netx.FreePort(); err != nil {
-				return out, err
-			}
-		} else if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
-			return out, fmt.Errorf("replica port %d is taken (pick others with -replica-ports): %w", port, err)
-		} else {
-			l.Close()
-		}
-		p, err := start(name, filepath.Join(c.OutDir, name+".log"), nil, c.Node, c.Server,
-			"--model", c.Model, "--port", strconv.Itoa(port), "--name", name,
-			"--slots", strconv.Itoa(c.Slots), "--ctx", strconv.Itoa(c.Ctx),
-			"--threads", strconv.Itoa(c.Threads), "--block-tokens", strconv.Itoa(c.BlockTokens), "--log")
-		if err != nil {
-			return out, err
-		}
-		track(p)
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		if err := waitHTTP(ctx, hc, "http://"+addr+"/health", 60*time.Second, p); err != nil {
-			return out, err
-		}
-		replicas = append(replicas, addr)
-		replicaNames[addr] = name
-	}
-	fmt.Fprintf(os.Stderr, "replicas up: %v\n", replicas)
-
-	// Warm each replica once (page in the model, JIT the server), then
-	// forget what it cached.
-	warm, _ := client.Plan(client.WorkloadConfig{Name: client.NoSharedPrefix, Groups: 1, PerGroup: 1,
-		SystemChars: 200, Rate: 1, MaxTokens: c.MaxTokens, Seed: 999})
-	for _, addr := range replicas {
-		cl := &client.Client{URL: "http://" + addr + "/v1/chat/completions", Model: "tiny", MaxTokens: c.MaxTokens, HTTP: &http.Client{}}
-		if r := cl.Do(ctx, warm[0], time.Now()); !r.Complete {
-			return out, fmt.Errorf("warm-up request to %s failed: %+v", addr, r)
-		}
-	}
-
 	out = Output{
-		Description: "llmroute through Caddy in front of two llama.cpp replicas (node-llama-cpp, CPU, tiny random GGUF); " +
+		Description: "llmroute through Caddy in front of two llama.cpp replicas (node-llama-cpp, CPU, tiny random GGUFs), " +
+			"on two engine configurations (a byte vocabulary with a plain template; Qwen3's BPE tokenizer and chat template); " +
 			"TTFT measured by the client, cached tokens reported by the engine, predictions read from llmroute's admin state and metrics.",
 		GeneratedAt: time.Now().UTC().Format(time.RFC3339),
 		Config:      c,
-		Environment: environment(c, replicaNames),
-		Workloads:   map[string]map[string]*PolicyResult{},
+		Environment: environment(c),
+		Engines:     map[string]*EngineResult{},
 		Notes: []string{
-			"p99 over ~48 requests is close to the maximum: read it as the tail, not a precise quantile (linear interpolation between ranks).",
+			"p99 over ~72 requests is close to the maximum: read it as the tail, not a precise quantile (linear interpolation between ranks).",
 			"Each policy run starts with empty engine caches (POST /reset on both replicas) and a fresh Caddy process (empty residency index).",
-			"Repetition r uses workload seed seed+r (new prompts, so a new split of the groups over the replicas); within a repetition every policy replays the same request order (and, in poisson mode, the same arrival times).",
+			"Repetition r uses workload seed seed+r (new prompts, so a new split of the groups over the replicas); within a repetition every policy and every engine replays the same request order.",
+			"Both engines get the same requests (same model name and deployment, so the same leading keys and rendezvous homes); within a repetition the engines run one after the other on the same replica ports.",
+			"cached_tokens are the engine's own tokens, rounded down to 16-token blocks (vLLM's block size); engine_lcp in the per-request records is the token-exact common prefix.",
 		},
+	}
+	if b, err := os.ReadFile(c.TokCheck); err == nil && json.Valid(b) {
+		out.Tokenization = b
 	}
 	var records [][]string
 	pooled := map[string][]client.Result{}
-	for _, wl := range c.Workloads {
-		out.Workloads[wl] = map[string]*PolicyResult{}
+	for _, e := range c.Engines {
+		er := &EngineResult{Model: e.Model, Template: e.Template, Description: engineDescription(e),
+			Workloads: map[string]map[string]*PolicyResult{}}
+		for _, wl := range c.Workloads {
+			er.Workloads[wl] = map[string]*PolicyResult{}
+		}
+		out.Engines[e.Name] = er
 	}
 	for rep := 0; rep < max(c.Repeat, 1); rep++ {
-		for _, wl := range c.Workloads {
-			// Each repetition draws its own prompts and order (seed+rep),
-			// so that results average over how the prompts hash onto the
-			// replicas; within a repetition every policy sees the same plan.
-			plan, err := client.Plan(client.WorkloadConfig{Name: wl, Groups: c.Groups, PerGroup: c.PerGroup,
-				SystemChars: c.SystemChars, Rate: planRate(c.Rate), MaxTokens: c.MaxTokens, Seed: c.Seed + uint64(rep)})
+		for _, e := range c.Engines {
+			replicas, reps, err := startReplicas(ctx, c, e, hc, track)
 			if err != nil {
 				return out, err
 			}
-			for _, pol := range c.Policies {
-				if ctx.Err() != nil {
-					return out, ctx.Err()
+			for _, wl := range c.Workloads {
+				maxTokens := c.MaxTokens
+				if wl == client.MultiTurn {
+					maxTokens = c.MultiTurnMaxTokens
 				}
-				ro, err := runPolicy(ctx, c, hc, replicas, wl, pol, rep, plan, track)
+				// Each repetition draws its own prompts and order (seed+rep),
+				// so that results average over how the prompts hash onto the
+				// replicas; within a repetition every policy sees the same plan.
+				plan, err := client.Plan(client.WorkloadConfig{Name: wl, Groups: c.Groups, PerGroup: c.PerGroup,
+					SystemChars: c.SystemChars, Rate: planRate(c.Rate), MaxTokens: maxTokens, Seed: c.Seed + uint64(rep)})
 				if err != nil {
-					return out, fmt.Errorf("%s/%s: %w", wl, pol, err)
+					return out, err
 				}
-				pr := out.Workloads[wl][pol]
-				if pr == nil {
-					pr = &PolicyResult{Engine: map[string]Engine{}}
-					out.Workloads[wl][pol] = pr
-				}
-				key := wl + "/" + pol
-				pooled[key] = append(pooled[key], ro.results...)
-				pr.Router.Add(ro.pred)
-				for addr, e := range ro.engine {
-					t := pr.Engine[addr]
-					t.PromptTokens += e.PromptTokens
-					t.CachedTokens += e.CachedTokens
-					t.TTFTMeanMs = (t.TTFTMeanMs*t.Requests + e.TTFTMeanMs*e.Requests) / max(t.Requests+e.Requests, 1)
-					t.Requests += e.Requests
-					pr.Engine[addr] = t
-				}
-				one := client.Summarize(ro.results)
-				pr.Runs = append(pr.Runs, RunSummary{TTFTP50: one.TTFTP50, TTFTP99: one.TTFTP99,
-					CachedTokenRate: one.CachedTokenRate, Precision: ro.pred.Precision, Completed: one.Completed,
-					DurationS: one.DurationS, LoadStart: ro.load[0], LoadEnd: ro.load[1], Outcomes: one.Misses,
-					GroupHomes: byName(one.GroupHomes), GroupSplit: one.GroupSplit, Seed: c.Seed + uint64(rep)})
-				for _, r := range ro.results {
-					records = append(records, record(wl, pol, rep, r))
-					if !r.Complete && len(pr.Errors) < 10 {
-						pr.Errors = append(pr.Errors, fmt.Sprintf("run %d #%d: status %d finish %q done %v usage %v: %s",
-							rep, r.Index, r.Status, r.Finish, r.Done, r.HasUsage, r.Error))
+				for _, pol := range c.Policies {
+					if ctx.Err() != nil {
+						return out, ctx.Err()
 					}
+					ro, err := runPolicy(ctx, c, hc, replicas, e.Name, wl, pol, rep, maxTokens, plan, track)
+					if err != nil {
+						return out, fmt.Errorf("%s/%s/%s: %w", e.Name, wl, pol, err)
+					}
+					pr := out.Engines[e.Name].Workloads[wl][pol]
+					if pr == nil {
+						pr = &PolicyResult{Engine: map[string]Engine{}}
+						out.Engines[e.Name].Workloads[wl][pol] = pr
+					}
+					key := e.Name + "/" + wl + "/" + pol
+					pooled[key] = append(pooled[key], ro.results...)
+					pr.Router.Add(ro.pred)
+					for addr, en := range ro.engine {
+						t := pr.Engine[addr]
+						t.PromptTokens += en.PromptTokens
+						t.CachedTokens += en.CachedTokens
+						t.TTFTMeanMs = (t.TTFTMeanMs*t.Requests + en.TTFTMeanMs*en.Requests) / max(t.Requests+en.Requests, 1)
+						t.Requests += en.Requests
+						pr.Engine[addr] = t
+					}
+					one := client.Summarize(ro.results)
+					pr.Runs = append(pr.Runs, RunSummary{TTFTP50: one.TTFTP50, TTFTP99: one.TTFTP99,
+						TTFTP50Hit: one.TTFTP50Hit, TTFTP50Miss: one.TTFTP50Miss,
+						CachedTokenRate: one.CachedTokenRate, Precision: ro.pred.Precision,
+						Hits: ro.pred.Hits, Misses: ro.pred.Misses, Concurrent: ro.pred.Concurrent, Cold: ro.pred.Cold,
+						Purges: ro.pred.Purges, PredictedOverReported: ro.pred.PredictedOverReported,
+						RouterBytesPerToken: one.RouterBytesPerToken, PromptTokens: one.PromptTokens, CachedTokens: one.CachedTokens,
+						Answers: one.Answers, Completed: one.Completed,
+						DurationS: one.DurationS, LoadStart: ro.load[0], LoadEnd: ro.load[1], Outcomes: one.Misses,
+						GroupHomes: byName(one.GroupHomes), GroupSplit: one.GroupSplit, Seed: c.Seed + uint64(rep)})
+					for _, r := range ro.results {
+						records = append(records, record(e.Name, wl, pol, rep, r))
+						if !r.Complete && len(pr.Errors) < 10 {
+							pr.Errors = append(pr.Errors, fmt.Sprintf("run %d #%d: status %d finish %q done %v usage %v: %s",
+								rep, r.Index, r.Status, r.Finish, r.Done, r.HasUsage, r.Error))
+						}
+					}
+					fmt.Fprintf(os.Stderr, "run %d %-4s %-16s %-15s ttft p50 %7.1f ms p99 %7.1f ms  cached %.3f  precision %.3f  pred/rep %.2f  complete %d/%d  (%.0fs, load %s) %v\n",
+						rep, e.Name, wl, pol, one.TTFTP50, one.TTFTP99, one.CachedTokenRate, ro.pred.Precision, ro.pred.PredictedOverReported,
+						one.Completed, one.Requests, one.DurationS, ro.load[1], byName(one.GroupHomes))
 				}
-				fmt.Fprintf(os.Stderr, "run %d %-16s %-15s ttft p50 %7.1f ms p99 %7.1f ms  cached %.3f  precision %.3f  complete %d/%d  (%.0fs, load %s) %v\n",
-					rep, wl, pol, one.TTFTP50, one.TTFTP99, one.CachedTokenRate, ro.pred.Precision, one.Completed, one.Requests, one.DurationS, ro.load[1], byName(one.GroupHomes))
+			}
+			for _, p := range reps {
+				p.stop()
 			}
 		}
 	}
-	for wl, byPol := range out.Workloads {
-		for pol, pr := range byPol {
-			rs := pooled[wl+"/"+pol]
-			pr.Summary = client.Summarize(rs)
-			pr.PerReplica = byName(pr.PerReplica)
-			// Group ids name different prompts in each repetition, and send
-			// times restart: group spread and cache outcomes are per run,
-			// and pooled here as a mean and a sum.
-			pr.GroupHomes, pr.GroupSplit, pr.Summary.Misses = nil, 0, nil
-			for _, run := range pr.Runs {
-				pr.GroupSplit += run.GroupSplit / float64(len(pr.Runs))
-				for k, v := range run.Outcomes {
-					if pr.Summary.Misses == nil {
-						pr.Summary.Misses = map[string]int{}
+	for en, er := range out.Engines {
+		for wl, byPol := range er.Workloads {
+			for pol, pr := range byPol {
+				rs := pooled[en+"/"+wl+"/"+pol]
+				pr.Summary = client.Summarize(rs)
+				pr.PerReplica = byName(pr.PerReplica)
+				// Group ids name different prompts in each repetition, send
+				// times restart and plan indexes repeat: group spread, cache
+				// outcomes and answer reuse are per run, pooled here as a
+				// mean and sums.
+				pr.GroupHomes, pr.GroupSplit, pr.Summary.Misses, pr.Summary.Answers = nil, 0, nil, nil
+				for _, run := range pr.Runs {
+					pr.GroupSplit += run.GroupSplit / float64(len(pr.Runs))
+					for k, v := range run.Outcomes {
+						if pr.Summary.Misses == nil {
+							pr.Summary.Misses = map[string]int{}
+						}
+						pr.Summary.Misses[k] += v
 					}
-					pr.Summary.Misses[k] += v
+					if run.Answers != nil {
+						if pr.Summary.Answers == nil {
+							pr.Summary.Answers = &client.AnswerReuse{}
+						}
+						pr.Summary.Answers.Add(run.Answers)
+					}
 				}
-			}
-			for _, r := range rs {
-				if r.Complete {
-					pr.TTFTsMs = append(pr.TTFTsMs, r.TTFTMs)
+				for _, r := range rs {
+					if r.Complete {
+						pr.TTFTsMs = append(pr.TTFTsMs, r.TTFTMs)
+					}
 				}
+				sort.Float64s(pr.TTFTsMs)
 			}
-			sort.Float64s(pr.TTFTsMs)
 		}
 	}
 	if err := writeCSV(filepath.Join(c.PlotDir, "requests.csv"), records); err != nil {
@@ -488,7 +580,79 @@ func run(ctx context.Context, c config) (out Output, err error) {
 	return out, nil
 }
 
-func runPolicy(ctx context.Context, c config, hc *http.Client, replicas []string, wl, pol string, rep int,
+// startReplicas starts engine e's two replicas on the configured ports,
+// waits until they answer and warms each with one request (page in the
+// model, JIT the server), then forgets what they cached.
+func startReplicas(ctx context.Context, c config, e engineSpec, hc *http.Client, track func(*child)) ([]string, []*child, error) {
+	var replicas []string
+	var started []*child
+	fail := func(err error) ([]string, []*child, error) {
+		for _, p := range started {
+			p.stop()
+		}
+		return nil, nil, err
+	}
+	for i, name := range []string{"replica-a", "replica-b"} {
+		port := c.ReplicaPorts[i]
+		if port == 0 {
+			var err error
+			if port, err = netx.FreePort(); err != nil {
+				return fail(err)
+			}
+		} else if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
+			return fail(fmt.Errorf("replica port %d is taken (pick others with -replica-ports): %w", port, err))
+		} else {
+			l.Close()
+		}
+		p, err := start(name+" ("+e.Name+")", filepath.Join(c.OutDir, e.Name+"-"+name+".log"), nil, c.Node, c.Server,
+			"--model", e.Model, "--template", e.Template, "--port", strconv.Itoa(port), "--name", name,
+			"--slots", strconv.Itoa(c.Slots), "--ctx", strconv.Itoa(c.Ctx),
+			"--threads", strconv.Itoa(c.Threads), "--block-tokens", strconv.Itoa(c.BlockTokens), "--log")
+		if err != nil {
+			return fail(err)
+		}
+		track(p)
+		started = append(started, p)
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		if err := waitHTTP(ctx, hc, "http://"+addr+"/health", 60*time.Second, p); err != nil {
+			return fail(err)
+		}
+		replicas = append(replicas, addr)
+		replicaNames[addr] = name
+	}
+	fmt.Fprintf(os.Stderr, "%s replicas up: %v\n", e.Name, replicas)
+	warm, _ := client.Plan(client.WorkloadConfig{Name: client.NoSharedPrefix, Groups: 1, PerGroup: 1,
+		SystemChars: 200, Rate: 1, MaxTokens: c.MaxTokens, Seed: 999})
+	for _, addr := range replicas {
+		cl := &client.Client{URL: "http://" + addr + "/v1/chat/completions", Model: "tiny", MaxTokens: c.MaxTokens, HTTP: &http.Client{}}
+		if r := cl.Do(ctx, warm[0], time.Now()); !r.Complete {
+			return fail(fmt.Errorf("warm-up request to %s (%s) failed: %+v", addr, e.Name, r))
+		}
+	}
+	return replicas, started, nil
+}
+
+// routerBytes is the size of llmroute's canonical rendering of a chat body,
+// as the router's Caddyfile configures it.
+func routerBytes(body []byte) int {
+	r, err := policies.Parse("/v1/chat/completions", body, policies.ParseConfig{Deployment: deployment})
+	if err != nil {
+		return 0
+	}
+	return r.PromptBytes
+}
+
+// engineDescription says what an engine configuration is.
+func engineDescription(e engineSpec) string {
+	if e.Template == "model" {
+		return "random-weight qwen3 GGUF from realengine/cmd/ggufqwen3: 4 layers, width 256, ff 512, 4 heads of 64, " +
+			"Qwen3's BPE tokenizer (151,936 rows, F16 embedding tied to the output) and its Jinja chat template, rendered as apply_chat_template does"
+	}
+	return "random-weight llama GGUF from realengine/cmd/gguftiny: 4 layers, width 256, ff 512, 4 heads, 260-token byte vocabulary, F32, " +
+		"plain template <|role|>\\ncontent\\n"
+}
+
+func runPolicy(ctx context.Context, c config, hc *http.Client, replicas []string, eng, wl, pol string, rep, maxTokens int,
 	plan []client.Request, track func(*child)) (runOut, error) {
 	var ro runOut
 	for _, addr := range replicas {
@@ -513,9 +677,9 @@ func runPolicy(ctx context.Context, c config, hc *http.Client, replicas []string
 	if err != nil {
 		return ro, err
 	}
-	tag := fmt.Sprintf("%s-%s-%d", wl, pol, rep)
+	tag := fmt.Sprintf("%s-%s-%s-%d", eng, wl, pol, rep)
 	cfgPath, _ := filepath.Abs(filepath.Join(c.OutDir, "Caddyfile."+tag))
-	cfg := fmt.Sprintf(caddyfileTmpl, adminPort, proxyPort, strings.Join(replicas, " "), pol, c.MaxInFlight)
+	cfg := fmt.Sprintf(caddyfileTmpl, adminPort, proxyPort, strings.Join(replicas, " "), pol, c.MaxInFlight, deployment)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return ro, err
 	}
@@ -532,11 +696,21 @@ func runPolicy(ctx context.Context, c config, hc *http.Client, replicas []string
 	if err := waitHTTP(ctx, hc, admin+stateapi.Path, 30*time.Second, cp); err != nil {
 		return ro, err
 	}
+	// The admin endpoint answers before the HTTP app has bound its
+	// listener: wait for that too, or the run's first request may be
+	// refused.
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	err = netx.WaitTCP(wctx, fmt.Sprintf("127.0.0.1:%d", proxyPort), cp.Done())
+	wcancel()
+	if err != nil {
+		return ro, fmt.Errorf("caddy's proxy port %d: %w", proxyPort, err)
+	}
 
 	cl := &client.Client{
 		URL: fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", proxyPort), Model: "tiny",
-		MaxTokens: c.MaxTokens, ReplicaHeader: "X-LLMRoute-Replica",
-		HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
+		MaxTokens: maxTokens, ReplicaHeader: "X-LLMRoute-Replica",
+		HTTP:        &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
+		RouterBytes: routerBytes,
 	}
 	ro.load[0] = loadavg()
 	var rs []client.Result
@@ -591,13 +765,17 @@ func engineCounters(ctx context.Context, hc *http.Client, addr string) (Engine, 
 	}, nil
 }
 
-func environment(c config, names map[string]string) map[string]any {
+func environment(c config) map[string]any {
+	engines := map[string]string{}
+	for _, e := range c.Engines {
+		engines[e.Name] = engineDescription(e)
+	}
 	env := map[string]any{
-		"replicas":       names,
+		"replicas":       []string{"replica-a", "replica-b"},
 		"cpus":           runtime.NumCPU(),
 		"goos_goarch":    runtime.GOOS + "/" + runtime.GOARCH,
 		"engine":         "llama.cpp via node-llama-cpp 3.22.1 (prebuilt CPU binaries), one context per replica with slots as sequences",
-		"model":          "random-weight llama GGUF from realengine/cmd/gguftiny: 4 layers, width 256, ff 512, 4 heads, 260-token byte vocabulary, F32",
+		"models":         engines,
 		"router":         "Caddy v2.11.9 + llmroute (go build ./cmd/caddy from this repository)",
 		"load_generator": "realengine/cmd/realbench (streaming chat completions on 127.0.0.1; closed loop or open-loop Poisson, see config.mode)",
 	}
@@ -628,11 +806,11 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
-func record(wl, pol string, rep int, r client.Result) []string {
+func record(eng, wl, pol string, rep int, r client.Result) []string {
 	f := func(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) }
-	return []string{wl, pol, strconv.Itoa(rep), strconv.Itoa(r.Index), strconv.Itoa(r.Group), f(r.SentAtMs), strconv.Itoa(r.Status),
-		r.Replica, f(r.TTFTMs), f(r.E2EMs), strconv.Itoa(r.PromptTokens), strconv.Itoa(r.CachedTokens),
-		strconv.FormatBool(r.Complete), r.Error}
+	return []string{eng, wl, pol, strconv.Itoa(rep), strconv.Itoa(r.Index), strconv.Itoa(r.Group), strconv.Itoa(r.Turn), f(r.SentAtMs),
+		strconv.Itoa(r.Status), r.Replica, f(r.TTFTMs), f(r.E2EMs), strconv.Itoa(r.PromptTokens), strconv.Itoa(r.CachedTokens),
+		strconv.Itoa(r.EngineLCP), strconv.Itoa(r.CompletionTokens), strconv.Itoa(r.RouterPromptBytes), strconv.FormatBool(r.Complete), r.Error}
 }
 
 func writeCSV(path string, rows [][]string) error {
@@ -644,8 +822,8 @@ func writeCSV(path string, rows [][]string) error {
 		return err
 	}
 	w := csv.NewWriter(f)
-	w.Write([]string{"workload", "policy", "run", "index", "group", "sent_at_ms", "status", "replica", "ttft_ms", "e2e_ms",
-		"prompt_tokens", "cached_tokens", "complete", "error"})
+	w.Write([]string{"engine", "workload", "policy", "run", "index", "group", "turn", "sent_at_ms", "status", "replica", "ttft_ms", "e2e_ms",
+		"prompt_tokens", "cached_tokens", "engine_lcp", "completion_tokens", "router_prompt_bytes", "complete", "error"})
 	w.WriteAll(rows)
 	if err := w.Error(); err != nil {
 		f.Close()
@@ -678,34 +856,4 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
-}
-
-func printTable(out Output) {
-	var notes []string
-	defer func() {
-		for _, n := range notes {
-			fmt.Println(n)
-		}
-	}()
-	fmt.Println("| workload | policy | TTFT p50 ms | TTFT p99 ms | cached_token_rate | router precision (hits/misses/concurrent/cold) | predicted/reported tokens | complete |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
-	for _, wl := range out.Config.Workloads {
-		for _, pol := range out.Config.Policies {
-			r := out.Workloads[wl][pol]
-			if r == nil {
-				continue
-			}
-			fmt.Printf("| %s | %s | %.0f | %.0f | %.3f | %.3f (%d/%d/%d/%d) | %.2f | %d/%d |\n", wl, pol, r.TTFTP50, r.TTFTP99,
-				r.CachedTokenRate, r.Router.Precision, r.Router.Hits, r.Router.Misses, r.Router.Concurrent, r.Router.Cold,
-				r.Router.PredictedOverReported, r.Completed, r.Requests)
-			if len(r.Misses) > 0 {
-				var homes []map[string]int
-				for _, run := range r.Runs {
-					homes = append(homes, run.GroupHomes)
-				}
-				notes = append(notes, fmt.Sprintf("%s/%s: TTFT p50 hit %.0f ms / miss %.0f ms; cache outcomes %v; replicas per group %.2f; groups by main replica per run %v",
-					wl, pol, r.TTFTP50Hit, r.TTFTP50Miss, r.Misses, r.GroupSplit, homes))
-			}
-		}
-	}
 }

@@ -18,64 +18,94 @@ var palette = []color.Color{
 	color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
 }
 
-// plotAll writes the plots: TTFT p50/p99 per policy for each workload,
-// cached_token_rate per policy and workload, and the TTFT distribution of
-// the shared-prefix workload.
+// plotAll writes the plots: per engine, TTFT p50/p99 per policy for each
+// workload, cached_token_rate per policy and workload, and the TTFT
+// distribution of shared_prefix; across engines, the router's precision and
+// its predicted/reported cached-token ratio per policy and workload.
 func plotAll(out Output, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	pols := out.Config.Policies
-	for _, wl := range out.Config.Workloads {
-		res := out.Workloads[wl]
-		if res == nil {
+	for _, e := range out.Config.Engines {
+		er := out.Engines[e.Name]
+		if er == nil {
 			continue
 		}
-		var p50, p99 plotter.Values
-		for _, pol := range pols {
-			r := res[pol]
-			if r == nil {
-				p50, p99 = append(p50, 0), append(p99, 0)
+		var names []string
+		var rates []plotter.Values
+		for _, wl := range out.Config.Workloads {
+			res := er.Workloads[wl]
+			if res == nil {
 				continue
 			}
-			p50, p99 = append(p50, r.TTFTP50), append(p99, r.TTFTP99)
+			p50, p99, rate := perPolicy(res, pols, func(r *PolicyResult) float64 { return r.TTFTP50 }),
+				perPolicy(res, pols, func(r *PolicyResult) float64 { return r.TTFTP99 }),
+				perPolicy(res, pols, func(r *PolicyResult) float64 { return r.CachedTokenRate })
+			err := bars(filepath.Join(dir, fmt.Sprintf("ttft_%s_%s.png", e.Name, wl)),
+				fmt.Sprintf("TTFT by policy, %s, %s engine (2 llama.cpp replicas, CPU)", wl, e.Name), "TTFT (ms)", pols,
+				[]string{"p50", "p99"}, []plotter.Values{p50, p99})
+			if err != nil {
+				return err
+			}
+			names, rates = append(names, wl), append(rates, rate)
 		}
-		err := bars(filepath.Join(dir, "ttft_"+wl+".png"),
-			fmt.Sprintf("TTFT by policy, %s (2 llama.cpp replicas, CPU)", wl), "TTFT (ms)", pols,
-			[]string{"p50", "p99"}, []plotter.Values{p50, p99})
-		if err != nil {
-			return err
-		}
-	}
-	var names []string
-	var rates []plotter.Values
-	for _, wl := range out.Config.Workloads {
-		res := out.Workloads[wl]
-		if res == nil {
-			continue
-		}
-		var v plotter.Values
-		for _, pol := range pols {
-			if r := res[pol]; r != nil {
-				v = append(v, r.CachedTokenRate)
-			} else {
-				v = append(v, 0)
+		if len(rates) > 0 {
+			if err := bars(filepath.Join(dir, "cached_token_rate_"+e.Name+".png"),
+				"Engine-reported cached tokens / prompt tokens, "+e.Name+" engine", "cached_token_rate", pols, names, rates); err != nil {
+				return err
 			}
 		}
-		names, rates = append(names, wl), append(rates, v)
-	}
-	if len(rates) > 0 {
-		if err := bars(filepath.Join(dir, "cached_token_rate.png"),
-			"Engine-reported cached tokens / prompt tokens", "cached_token_rate", pols, names, rates); err != nil {
-			return err
+		if res := er.Workloads["shared_prefix"]; res != nil {
+			if err := cdf(filepath.Join(dir, "ttft_cdf_"+e.Name+"_shared_prefix.png"), "TTFT distribution, shared_prefix, "+e.Name+" engine", pols, res); err != nil {
+				return err
+			}
 		}
 	}
-	if res := out.Workloads["shared_prefix"]; res != nil {
-		if err := cdf(filepath.Join(dir, "ttft_cdf_shared_prefix.png"), "TTFT distribution, shared_prefix", pols, res); err != nil {
+	// Across engines: how well the router's beliefs match what each
+	// engine reused, on the workloads that share prefixes.
+	for _, m := range []struct {
+		file, title, label string
+		get                func(r *PolicyResult) float64
+	}{
+		{"precision_by_engine.png", "Router precision (hits / (hits + misses))", "precision",
+			func(r *PolicyResult) float64 { return r.Router.Precision }},
+		{"predicted_over_reported_by_engine.png", "Predicted / engine-reported cached tokens (1 = exact)", "predicted / reported",
+			func(r *PolicyResult) float64 { return r.Router.PredictedOverReported }},
+	} {
+		var series []string
+		var vals []plotter.Values
+		for _, e := range out.Config.Engines {
+			for _, wl := range []string{"shared_prefix", "multi_turn"} {
+				er := out.Engines[e.Name]
+				if er == nil || er.Workloads[wl] == nil {
+					continue
+				}
+				series = append(series, e.Name+" "+wl)
+				vals = append(vals, perPolicy(er.Workloads[wl], pols, m.get))
+			}
+		}
+		if len(vals) == 0 {
+			continue
+		}
+		if err := bars(filepath.Join(dir, m.file), m.title, m.label, pols, series, vals); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// perPolicy returns get of each policy's result, 0 where there is none.
+func perPolicy(res map[string]*PolicyResult, pols []string, get func(*PolicyResult) float64) plotter.Values {
+	var v plotter.Values
+	for _, pol := range pols {
+		if r := res[pol]; r != nil {
+			v = append(v, get(r))
+		} else {
+			v = append(v, 0)
+		}
+	}
+	return v
 }
 
 func bars(path, title, ylabel string, cats, series []string, vals []plotter.Values) error {
@@ -107,6 +137,8 @@ func bars(path, title, ylabel string, cats, series []string, vals []plotter.Valu
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Legend.XOffs = vg.Points(8)
 	p.NominalX(cats...)
+	// Room on both sides for the outer bars of a group.
+	p.X.Min, p.X.Max = -0.5, float64(len(cats))-0.5
 	return p.Save(7*vg.Inch, 4*vg.Inch, path)
 }
 
