@@ -42,7 +42,7 @@ func serveState(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodGet {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Message: "method not allowed"}
 	}
-	st := stateapi.State{Policies: snapshotPolicies(), Replicas: snapshotReplicas(), Queued: waiters.len()}
+	st := stateapi.State{Policies: snapshotPolicies(), Replicas: snapshotReplicas(), Queued: waiters.len(), Tenants: snapshotTenants()}
 	for _, s := range st.Replicas {
 		st.TotalInFlight += s.InFlight
 	}
@@ -64,6 +64,7 @@ func snapshotPolicies() []stateapi.Policy {
 			SlowStart: time.Duration(p.SlowStart), CooldownBase: time.Duration(p.CooldownBase),
 			CooldownMax:      time.Duration(p.CooldownMax),
 			DialTimeoutFails: p.DialTimeoutFails, StatusFails: p.StatusFails, EngineMetrics: p.EngineMetrics != nil,
+			SheddableShare: p.SheddableShare,
 		})
 	}
 	return out
@@ -99,6 +100,55 @@ func (s *replicaState) status() stateapi.Replica {
 	ix := s.belief.Index()
 	rs.IndexEntries, rs.IndexCapacity = ix.Len(), ix.Capacity()
 	return rs
+}
+
+// snapshotTenants returns every configured tenant's admission state, and
+// that of any tenant the queue still counts requests of (so that a leak
+// shows even after its config is gone), sorted by name.
+func snapshotTenants() []stateapi.Tenant {
+	byName := map[string]*stateapi.Tenant{}
+	tenantStates.Range(func(_, v any) bool {
+		t := v.(*tenantState).status()
+		byName[t.Name] = &t
+		return true
+	})
+	for _, f := range waiters.flows() {
+		t, ok := byName[f.name]
+		if !ok {
+			if f.InFlight == 0 && f.Queued == 0 {
+				continue
+			}
+			t = &stateapi.Tenant{Name: f.name, Weight: f.Weight, Priority: "standard", MaxInFlight: f.MaxInFlight}
+			byName[f.name] = t
+		}
+		t.InFlight, t.Queued, t.VirtualTokens = f.InFlight, f.Queued, f.Counter
+	}
+	out := make([]stateapi.Tenant, 0, len(byName))
+	for _, t := range byName {
+		out = append(out, *t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// status is the tenant's entry in /llm_route/state, less its place in the
+// queue (snapshotTenants adds it).
+func (ts *tenantState) status() stateapi.Tenant {
+	now := ts.clk.Now()
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t := stateapi.Tenant{Name: ts.name, Weight: ts.lim.weight, Priority: ts.lim.ceiling.String(), MaxInFlight: ts.lim.maxInFlight,
+		RequestsPerMinute: ts.lim.rpm, TokensPerMinute: ts.lim.tpm, TokensCharged: ts.charged,
+		EstimatedExcess: ts.est.Excess(), Admitted: ts.admitted}
+	if ts.lim.rpm > 0 {
+		t.RequestsLeft = ts.rpm.Available(now)
+	}
+	if ts.lim.tpm > 0 {
+		t.TokensLeft = ts.tpm.Available(now)
+	}
+	t.Reservations, _ = ts.rpm.Reservations()
+	_, t.ReservedTokens = ts.tpm.Reservations()
+	return t
 }
 
 // Interface guards

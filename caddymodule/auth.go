@@ -15,15 +15,11 @@ import (
 func (h *LLMRoute) resolveKeys(repl *caddy.Replacer) error {
 	h.keyHashes = h.keyHashes[:0]
 	for i, k := range h.APIKeys {
-		v, err := repl.ReplaceOrErr(k, true, true)
+		sum, err := resolveKey(repl, k)
 		if err != nil {
 			return fmt.Errorf("api_keys[%d]: %v", i, err)
 		}
-		v = strings.TrimSpace(v)
-		if v == "" {
-			return fmt.Errorf("api_keys[%d] is empty after placeholders were resolved", i)
-		}
-		h.keyHashes = append(h.keyHashes, sha256.Sum256([]byte(v)))
+		h.keyHashes = append(h.keyHashes, sum)
 	}
 	if h.UpstreamAPIKey != "" {
 		v, err := repl.ReplaceOrErr(h.UpstreamAPIKey, true, true)
@@ -35,25 +31,41 @@ func (h *LLMRoute) resolveKeys(repl *caddy.Replacer) error {
 	return nil
 }
 
+// resolveKey resolves the placeholders in one configured key (a tenant's
+// too) and returns its SHA-256 hash, the only form in which keys are kept.
+func resolveKey(repl *caddy.Replacer, k string) ([32]byte, error) {
+	v, err := repl.ReplaceOrErr(k, true, true)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return [32]byte{}, fmt.Errorf("empty after placeholders were resolved")
+	}
+	return sha256.Sum256([]byte(v)), nil
+}
+
 // authorized reports whether r carries one of the configured keys, as a
-// Bearer token or in X-Api-Key. Both sides are hashed to a fixed length
-// and every key is compared, so neither a key's length nor which key
-// matched shows in the timing.
-func (h *LLMRoute) authorized(r *http.Request) bool {
+// Bearer token or in X-Api-Key, and which (its index in keyHashes, which
+// names its tenant). Both sides are hashed to a fixed length, every key is
+// compared and the index is selected in constant time, so neither a key's
+// length nor which key matched shows in the timing. No key is configured
+// twice (provisionTenants), so at most one matches.
+func (h *LLMRoute) authorized(r *http.Request) (int, bool) {
 	tok, ok := bearerToken(r.Header.Get("Authorization"))
 	if !ok {
 		tok = r.Header.Get("X-Api-Key")
 	}
 	tok = strings.TrimSpace(tok)
 	if tok == "" {
-		return false
+		return -1, false
 	}
 	sum := sha256.Sum256([]byte(tok))
-	match := 0
+	found := 0 // index+1 of the matching key
 	for i := range h.keyHashes {
-		match |= subtle.ConstantTimeCompare(sum[:], h.keyHashes[i][:])
+		found = subtle.ConstantTimeSelect(subtle.ConstantTimeCompare(sum[:], h.keyHashes[i][:]), i+1, found)
 	}
-	return match == 1
+	return found - 1, found > 0
 }
 
 // bearerToken returns the token of an Authorization value in the Bearer

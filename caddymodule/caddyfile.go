@@ -38,6 +38,15 @@ func parseLLMRoute(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) 
 //		replica_header   <name>
 //		request_usage
 //		allow_paths      <path...>
+//		session_headers  <header...>
+//		tenant <name> {
+//			keys                <key...>
+//			weight              <float>
+//			priority            critical|standard|sheddable
+//			max_in_flight       <n>
+//			requests_per_minute <n>
+//			tokens_per_minute   <n>
+//		}
 //	}
 func (h *LLMRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
@@ -98,6 +107,24 @@ func (h *LLMRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			h.AllowPaths = append(h.AllowPaths, args...)
+		case "session_headers":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			h.SessionHeaders = append(h.SessionHeaders, args...)
+		case "tenant":
+			name, t, err := parseTenant(d)
+			if err != nil {
+				return err
+			}
+			if _, dup := h.Tenants[name]; dup {
+				return d.Errf("tenant %q defined twice", name)
+			}
+			if h.Tenants == nil {
+				h.Tenants = map[string]*Tenant{}
+			}
+			h.Tenants[name] = t
 		default:
 			return d.Errf("unrecognized llm_route option %q", d.Val())
 		}
@@ -112,6 +139,7 @@ func (h *LLMRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //		max_in_flight   <n>
 //		queue_size      <n>
 //		queue_timeout   <duration>
+//		sheddable_share <fraction>
 //		slow_start      <duration>
 //		cooldown        <base> [<max>]
 //		dial_timeout_fails <n> [<window>]
@@ -121,8 +149,13 @@ func (h *LLMRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //		load_slack      <n>
 //		cold_choices    1|2|3
 //		peers           auto|none|some
-//		cold_slack      <size>
+//		cold_slack      <fraction>
 //		index_answers   [on|off]
+//		homes_directory redis://host:port[/db] {
+//			key_prefix <prefix>
+//			ttl        <duration>
+//			timeout    <duration>
+//		}
 //		cold_balance_factor <float>
 //		index_blocks    <n>
 //		seed            <n>
@@ -170,6 +203,15 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			case "status_fails":
 				p.StatusFails = n
 			}
+		case "sheddable_share":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			f, err := strconv.ParseFloat(d.Val(), 64)
+			if err != nil {
+				return d.Errf("sheddable_share: %v", err)
+			}
+			p.SheddableShare = f
 		case "queue_timeout", "slow_start":
 			name := d.Val()
 			if !d.NextArg() {
@@ -254,15 +296,17 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
-			if d.Val() == "-1" || d.Val() == "off" {
-				p.ColdSlack = -1
-				break
-			}
-			size, err := humanizeSize(d.Val())
+			f, err := strconv.ParseFloat(d.Val(), 64)
 			if err != nil {
 				return d.Errf("cold_slack: %v", err)
 			}
-			p.ColdSlack = int(size)
+			p.ColdSlack = f
+		case "homes_directory":
+			cfg, err := parseHomesDirectory(d)
+			if err != nil {
+				return err
+			}
+			p.HomesDirectory = cfg
 		case "index_answers":
 			on := true
 			if d.NextArg() {
@@ -328,6 +372,80 @@ func parseEngineMetrics(d *caddyfile.Dispenser) (*EngineMetricsConfig, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// UnmarshalCaddyfile sets up the matcher from Caddyfile tokens:
+//
+//	@name llm_model <pattern...>
+func (m *MatchLLMModel) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	for d.Next() { // several llm_model lines in one matcher set merge
+		args := d.RemainingArgs()
+		if len(args) == 0 {
+			return d.ArgErr()
+		}
+		*m = append(*m, args...)
+	}
+	return nil
+}
+
+// parseTenant reads `tenant <name> { ... }` (see LLMRoute's
+// UnmarshalCaddyfile).
+func parseTenant(d *caddyfile.Dispenser) (string, *Tenant, error) {
+	if !d.NextArg() {
+		return "", nil, d.ArgErr()
+	}
+	name := d.Val()
+	if d.NextArg() {
+		return "", nil, d.ArgErr()
+	}
+	t := &Tenant{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		switch opt {
+		case "keys", "key":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return "", nil, d.ArgErr()
+			}
+			t.Keys = append(t.Keys, args...)
+		case "priority":
+			if !d.NextArg() {
+				return "", nil, d.ArgErr()
+			}
+			t.Priority = d.Val()
+		case "weight":
+			if !d.NextArg() {
+				return "", nil, d.ArgErr()
+			}
+			f, err := strconv.ParseFloat(d.Val(), 64)
+			if err != nil {
+				return "", nil, d.Errf("tenant %s weight: %v", name, err)
+			}
+			t.Weight = f
+		case "max_in_flight", "requests_per_minute", "tokens_per_minute":
+			if !d.NextArg() {
+				return "", nil, d.ArgErr()
+			}
+			n, err := strconv.Atoi(d.Val())
+			if err != nil {
+				return "", nil, d.Errf("tenant %s %s: %v", name, opt, err)
+			}
+			switch opt {
+			case "max_in_flight":
+				t.MaxInFlight = n
+			case "requests_per_minute":
+				t.RequestsPerMinute = n
+			default:
+				t.TokensPerMinute = n
+			}
+		default:
+			return "", nil, d.Errf("unrecognized tenant option %q", opt)
+		}
+		if d.NextArg() {
+			return "", nil, d.ArgErr()
+		}
+	}
+	return name, t, nil
 }
 
 // humanizeSize parses sizes like "8MiB" or "512KB" into bytes.

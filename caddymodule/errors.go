@@ -3,7 +3,10 @@ package caddymodule
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // apiError is an error in the shape OpenAI-compatible clients parse:
@@ -16,6 +19,8 @@ type apiError struct {
 	retryAfter time.Duration
 	// allow is the Allow header of a 405.
 	allow string
+	// param names the request field at fault ("" for none).
+	param string
 }
 
 // writeAPIError writes e as JSON. The message never contains request
@@ -35,6 +40,10 @@ func writeAPIError(w http.ResponseWriter, e apiError) {
 		h.Set("WWW-Authenticate", `Bearer realm="llmroute"`)
 	}
 	w.WriteHeader(e.status)
+	if anthropicShaped(w) {
+		writeAnthropicError(w, e)
+		return
+	}
 	body := struct {
 		Error struct {
 			Message string  `json:"message"`
@@ -45,6 +54,9 @@ func writeAPIError(w http.ResponseWriter, e apiError) {
 	}{}
 	body.Error.Message = e.message
 	body.Error.Type = e.typ
+	if e.param != "" {
+		body.Error.Param = &e.param
+	}
 	if e.code != "" {
 		body.Error.Code = &e.code
 	}
@@ -67,13 +79,29 @@ var (
 		message: "Unknown endpoint: this gateway serves the inference API only."}
 	errMethod = apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error", code: "method_not_allowed",
 		message: "This endpoint does not accept that method."}
+	errModelNotFound = apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found", param: "model",
+		message: "No replica pool of this gateway serves the requested model."}
 	errEncoding = apiError{status: http.StatusUnsupportedMediaType, typ: "invalid_request_error", code: "unsupported_content_encoding",
 		message: "Content-Encoding must be gzip, deflate, zstd or identity."}
 	errDecode = apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "body_decode_error",
 		message: "The request body could not be decoded with its Content-Encoding."}
 	errBodyRead = apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "body_read_error",
 		message: "Could not read the request body."}
+	errPriority = apiError{status: http.StatusBadRequest, typ: "invalid_request_error", code: "invalid_priority",
+		message: "X-LLMRoute-Priority must be critical, standard or sheddable."}
 )
+
+// budgetError is the answer for a request past its tenant's requests (or,
+// when tokens, tokens) per minute, in OpenAI's shape: type "requests" or
+// "tokens", code rate_limit_exceeded, with how long until it would fit.
+func budgetError(tokens bool, retryAfter time.Duration) apiError {
+	if tokens {
+		return apiError{status: http.StatusTooManyRequests, typ: "tokens", code: "rate_limit_exceeded", retryAfter: retryAfter,
+			message: "Rate limit reached for tokens per minute; retry after the time given in Retry-After."}
+	}
+	return apiError{status: http.StatusTooManyRequests, typ: "requests", code: "rate_limit_exceeded", retryAfter: retryAfter,
+		message: "Rate limit reached for requests per minute; retry after the time given in Retry-After."}
+}
 
 // rejectError is the answer for a request the policy refused.
 func rejectError(r rejectReason, retryAfter time.Duration) apiError {
@@ -81,12 +109,18 @@ func rejectError(r rejectReason, retryAfter time.Duration) apiError {
 	case rejectQueueFull:
 		return apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "queue_full", retryAfter: retryAfter,
 			message: "All replicas are busy and the wait queue is full; retry later."}
+	case rejectDisplaced:
+		return apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "queue_full", retryAfter: retryAfter,
+			message: "All replicas are busy and this request's place in the wait queue went to one of higher priority or of a tenant with fewer places; retry later."}
 	case rejectQueueWait:
 		return apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "queue_timeout", retryAfter: retryAfter,
 			message: "All replicas stayed busy for the whole queue timeout; retry later."}
 	case rejectNoReplicas:
 		return apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "no_replicas", retryAfter: retryAfter,
 			message: "No model replica is configured for this route."}
+	case rejectStateGone:
+		return apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "previous_response_not_found", param: "previous_response_id",
+			message: "The replica that holds the previous response is no longer available; send the whole conversation as input without previous_response_id."}
 	case rejectRateLimited:
 		return apiError{status: http.StatusTooManyRequests, typ: "rate_limit_error", code: "rate_limit_exceeded", retryAfter: retryAfter,
 			message: "Every model replica is rate limiting; retry after the time given in Retry-After."}
@@ -109,4 +143,80 @@ func upstreamError(status int, retryAfter time.Duration) apiError {
 		e.code, e.message = "upstream_timeout", "The model replica did not answer in time."
 	}
 	return e
+}
+
+// Anthropic clients (on /v1/messages and its count_tokens) parse errors in
+// Anthropic's shape, {"type":"error","error":{"type":...,"message":...}},
+// with the same statuses and headers. The handler marks such a request's
+// response writer once, before anything can fail (withErrorShape), so that
+// every writeAPIError for it, whoever calls it and through whichever
+// wrapper, answers in that shape.
+
+// anthropicWriter marks the response writer of a request on Anthropic's
+// Messages API.
+type anthropicWriter struct {
+	*caddyhttp.ResponseWriterWrapper
+}
+
+// withErrorShape returns w, marked for Anthropic's error shape when r is
+// on an Anthropic path.
+func withErrorShape(r *http.Request, w http.ResponseWriter) http.ResponseWriter {
+	switch strings.TrimSuffix(r.URL.Path, "/") {
+	case "/v1/messages", "/v1/messages/count_tokens":
+		return &anthropicWriter{&caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
+	}
+	return w
+}
+
+// anthropicShaped reports whether w, or a writer it wraps, is marked by
+// withErrorShape.
+func anthropicShaped(w http.ResponseWriter) bool {
+	for range 16 { // wrappers are few; a cycle must not hang an error
+		switch v := w.(type) {
+		case *anthropicWriter:
+			return true
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// anthropicErrorType is Anthropic's error type for an HTTP status.
+func anthropicErrorType(status int) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "authentication_error"
+	case status == http.StatusForbidden:
+		return "permission_error"
+	case status == http.StatusNotFound:
+		return "not_found_error"
+	case status == http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case status == http.StatusServiceUnavailable || status == 529:
+		return "overloaded_error"
+	case status >= 500:
+		return "api_error"
+	}
+	return "invalid_request_error"
+}
+
+// writeAnthropicError writes e's body in Anthropic's shape (the headers are
+// written).
+func writeAnthropicError(w http.ResponseWriter, e apiError) {
+	var body struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	body.Type = "error"
+	body.Error.Type = anthropicErrorType(e.status)
+	body.Error.Message = e.message
+	_ = json.NewEncoder(w).Encode(body)
 }

@@ -27,6 +27,8 @@ func TestCaddyfileExampleIsValid(t *testing.T) {
 	require.Contains(t, string(cfgJSON), `"dial_timeout_fails":3`)
 	require.Contains(t, string(cfgJSON), `"status_fails":3`)
 	require.Contains(t, string(cfgJSON), `"allow_paths":["/health"]`)
+	require.Contains(t, string(cfgJSON), `"priority":"sheddable"`)
+	require.Contains(t, string(cfgJSON), `"sheddable_share":0.8`)
 	// Slow clients are bounded; streams are not cut by a write timeout.
 	require.Contains(t, string(cfgJSON), `"read_header_timeout":10000000000`)
 	require.Contains(t, string(cfgJSON), `"read_timeout":60000000000`)

@@ -68,17 +68,40 @@ type LLMRoute struct {
 	// /metrics, /sleep or /reset_prefix_cache are not for key holders.
 	AllowPaths []string `json:"allow_paths,omitempty"`
 
+	// SessionHeaders are the request headers a session identity is read
+	// from, in order, before the body's prompt_cache_key. Requests of one
+	// session stay on the replica that served the session last while it
+	// is within the load bound (prefix_affinity and prefix_load). Default
+	// X-Session-Id, X-Session-Affinity, X-Claude-Code-Session-Id,
+	// Session-Id.
+	SessionHeaders []string `json:"session_headers,omitempty"`
+
 	// RequestUsage asks the engine for usage in streamed answers
 	// (stream_options.include_usage) so that llmroute can compare the
 	// cached tokens it predicted with those the engine reports. When the
 	// client did not ask for usage, the extra chunk is not passed on.
 	RequestUsage bool `json:"request_usage,omitempty"`
 
+	// Tenants are the named clients, by name (up to 64 letters, digits,
+	// '.', '_' or '-'), each with its own keys, weight, priority ceiling,
+	// cap and budgets (see Tenant). The keys of APIKeys belong to the
+	// tenant named "default", which may be given settings here too. With
+	// no key at all, every request is the default tenant's.
+	Tenants map[string]*Tenant `json:"tenants,omitempty"`
+
 	keyHashes [][32]byte
+	// keyTenant names each key's tenant (an index into tenants, whose
+	// first is the default), tenants this handler's tenant states.
+	keyTenant []int
+	tenants   []*tenantState
 	upstream  string
 	parseCfg  policies.ParseConfig
 	logger    *zap.Logger
 }
+
+// defaultMaxBodyBytes bounds a request body unless max_body_bytes says
+// otherwise (and bounds the llm_model matcher's own read).
+const defaultMaxBodyBytes = 8 << 20
 
 // CaddyModule returns the Caddy module information.
 func (LLMRoute) CaddyModule() caddy.ModuleInfo {
@@ -94,8 +117,11 @@ func (h *LLMRoute) Provision(ctx caddy.Context) error {
 	if err := h.resolveKeys(caddy.NewReplacer()); err != nil {
 		return err
 	}
+	if err := h.provisionTenants(caddy.NewReplacer(), tenantClock); err != nil {
+		return err
+	}
 	if h.MaxBodyBytes == 0 {
-		h.MaxBodyBytes = 8 << 20
+		h.MaxBodyBytes = defaultMaxBodyBytes
 	}
 	h.parseCfg = policies.ParseConfig{Deployment: h.Deployment, BlockSize: h.BlockSize, MaxBlocks: h.MaxBlocks}
 	registerMetrics(ctx)
@@ -115,7 +141,7 @@ func (h *LLMRoute) Validate() error {
 			return fmt.Errorf("allow_paths: %q must start with /", p)
 		}
 	}
-	return nil
+	return h.validateTenants()
 }
 
 // ServeHTTP authenticates, parses, routes and accounts for one request:
@@ -123,7 +149,10 @@ func (h *LLMRoute) Validate() error {
 // routectx.go, then the policy's selection.go and the answer's
 // responsewriter.go, outcome.go, attempt.go and feedback.go).
 func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if len(h.keyHashes) > 0 && !h.authorized(r) {
+	w = withErrorShape(r, w) // Anthropic's error shape on its paths (errors.go)
+	// The key names the tenant (auth.go, tenants.go).
+	tenant, ok := h.tenantOf(r)
+	if !ok {
 		metricRequests.WithLabelValues("", "", "unauthorized").Inc()
 		writeAPIError(w, errUnauthorized)
 		return nil
@@ -149,7 +178,8 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 			return nil
 		}
 		sniff = &usageSniffer{}
-		if h.RequestUsage && req.Stream && !req.IncludeUsage && req.Endpoint != policies.EndpointResponses {
+		if h.RequestUsage && req.Stream && !req.IncludeUsage && req.Endpoint != policies.EndpointResponses &&
+			req.Endpoint != policies.EndpointMessages { // Anthropic streams always carry usage
 			if b, ok := withIncludeUsage(body); ok {
 				body = b
 				sniff.strip = true
@@ -165,6 +195,15 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 		rc = newRouteCtx(start, nil, nil)
 		r.Header.Del("Content-Encoding") // nothing to decode, nothing to label
 	}
+	h.describe(r, rc)
+	if r.URL.Path == "/v1/models" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		h.serveModels(w, r)
+		return nil
+	}
+	if apiErr, ok := h.admitTenant(r, rc, tenant); !ok { // budgets.go
+		writeAPIError(w, apiErr)
+		return nil
+	}
 	caddyhttp.SetVar(r.Context(), routeVarKey, rc)
 	// Tell a dial timeout from other transport errors (previousAttempt).
 	r = r.WithContext(httptrace.WithClientTrace(r.Context(), rc.dialTrace()))
@@ -174,6 +213,9 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 		rc:                    rc,
 		replicaHdr:            h.ReplicaHeader,
 		sniff:                 sniff,
+	}
+	if rc.req != nil && rc.req.Endpoint == policies.EndpointResponses {
+		ww.respIDs = &responseIDScanner{}
 	}
 	ww.onFirstBytes = func() {
 		rc.firstByte()
@@ -188,6 +230,12 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 	}()
 	err := next.ServeHTTP(ww, r)
 	returned = true
+	if err == nil && !ww.wroteHeader && !rc.attempted() {
+		// No handler after llm_route answered (no pool's matcher took the
+		// request): say so, rather than Caddy's empty 200.
+		writeAPIError(ww, notServed(rc))
+		return nil
+	}
 	if err == nil || ww.wroteHeader {
 		return err
 	}
@@ -223,8 +271,12 @@ func (h *LLMRoute) finish(r *http.Request, ww *routeWriter, rc *routeCtx, return
 			ww.sniff.finish()
 			h.feedback(rc, a, ww.sniff)
 		}
+		if o.kind == outcomeSuccess {
+			remember(rc, addr, ww.respIDs)
+		}
 	}
 	rc.finish(o)
+	h.settleTenant(rc, ww, a != nil) // budgets.go
 	metricRequests.WithLabelValues(strategy, addr, label).Inc()
 }
 

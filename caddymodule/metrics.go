@@ -70,6 +70,29 @@ var (
 	}, []string{"replica", "reason"})
 )
 
+// Tenant metrics. The tenant label takes only configured tenants' names
+// (and "default"), never a key or anything a client sends, so their
+// cardinality is the config's.
+var (
+	metricTenantRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNS, Name: "tenant_requests_total",
+		Help: "Requests admitted past their tenant's budgets, by tenant and priority band.",
+	}, []string{"tenant", "priority"})
+	metricTenantRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNS, Name: "tenant_rejected_total",
+		Help: "Requests refused, by tenant and reason (requests_per_minute, tokens_per_minute, queue_full, displaced, queue_timeout, no_healthy_replica, ...).",
+	}, []string{"tenant", "reason"})
+	metricTenantQueueWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: metricNS, Name: "tenant_queue_wait_seconds",
+		Help:    "Time requests spent waiting for a slot, by tenant.",
+		Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30},
+	}, []string{"tenant"})
+	metricTenantTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNS, Name: "tenant_tokens_total",
+		Help: "Tokens charged to tenants' budgets at settlement (the engine's usage, or the estimate when it reported none), by tenant.",
+	}, []string{"tenant"})
+)
+
 // stateCollector reports the live per-replica state.
 type stateCollector struct{}
 
@@ -77,12 +100,14 @@ var (
 	descInFlight = prometheus.NewDesc(metricNS+"_in_flight", "Reservations held per replica.", []string{"replica"}, nil)
 	descIndex    = prometheus.NewDesc(metricNS+"_index_entries", "Residency index entries per replica.", []string{"replica"}, nil)
 	descCooling  = prometheus.NewDesc(metricNS+"_cooling", "1 while the replica is cooling down.", []string{"replica"}, nil)
+	descSessions = prometheus.NewDesc(metricNS+"_sessions", "Sessions whose replica the router remembers (bounded, expiring).", nil, nil)
 )
 
 func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descInFlight
 	ch <- descIndex
 	ch <- descCooling
+	ch <- descSessions
 }
 
 func (stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -95,6 +120,7 @@ func (stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descCooling, prometheus.GaugeValue, cool, s.Addr)
 	}
+	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(sessionHomes.Len()))
 }
 
 // registerMetrics registers the router's collectors in the config's
@@ -108,7 +134,8 @@ func registerMetrics(ctx caddy.Context) {
 	for _, c := range []prometheus.Collector{
 		metricRequests, metricRejected, metricCooldowns, metricQueueDepth, metricQueueWait,
 		metricDecision, metricTTFB, metricPredictedTokens, metricReportedTokens, metricPromptTokens,
-		metricPredictions, metricIndexPurges, metricStatusOverrides, stateCollector{},
+		metricPredictions, metricIndexPurges, metricStatusOverrides, metricSessionRoutes, metricStateRoutes, stateCollector{},
+		metricTenantRequests, metricTenantRejected, metricTenantQueueWait, metricTenantTokens, tenantCollector{},
 	} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
@@ -116,5 +143,25 @@ func registerMetrics(ctx caddy.Context) {
 				caddy.Log().Named("llmroute").Warn("registering metric: " + err.Error())
 			}
 		}
+	}
+}
+
+// tenantCollector reports each tenant's requests in flight and waiting.
+type tenantCollector struct{}
+
+var (
+	descTenantInFlight = prometheus.NewDesc(metricNS+"_tenant_in_flight", "Requests in flight per tenant (admitted, not yet ended).", []string{"tenant"}, nil)
+	descTenantQueued   = prometheus.NewDesc(metricNS+"_tenant_queued", "Requests waiting for a slot per tenant.", []string{"tenant"}, nil)
+)
+
+func (tenantCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descTenantInFlight
+	ch <- descTenantQueued
+}
+
+func (tenantCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, t := range snapshotTenants() {
+		ch <- prometheus.MustNewConstMetric(descTenantInFlight, prometheus.GaugeValue, float64(t.InFlight), t.Name)
+		ch <- prometheus.MustNewConstMetric(descTenantQueued, prometheus.GaugeValue, float64(t.Queued), t.Name)
 	}
 }

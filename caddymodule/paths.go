@@ -67,3 +67,27 @@ func (h *LLMRoute) allowedExtra(p string) bool {
 	}
 	return false
 }
+
+// endpointName names the API a path serves, for {llm.endpoint}: the path
+// without its version prefix ("chat/completions", "messages",
+// "embeddings"), or "" for a path outside the inference API.
+func endpointName(p string) string {
+	if _, ok := inferenceAPI[p]; !ok {
+		return ""
+	}
+	for _, v := range []string{"/v1/", "/v2/", "/"} {
+		if rest, ok := strings.CutPrefix(p, v); ok {
+			return rest
+		}
+	}
+	return p
+}
+
+// notServed is the answer to a request no handler after llm_route
+// answered: no pool serves its model (or, without a model, its path).
+func notServed(rc *routeCtx) apiError {
+	if rc.req != nil && rc.req.Model != "" {
+		return errModelNotFound
+	}
+	return errNotFound
+}

@@ -64,28 +64,6 @@ func TestBackoffIsCappedExponential(t *testing.T) {
 	st.wakeTimer.Stop()
 }
 
-// TestWaitListFIFO proves waiters are woken in arrival order, only for the
-// replicas they may use, and that an unused signal is passed on.
-func TestWaitListFIFO(t *testing.T) {
-	wl := &waitList{}
-	a := wl.add(map[string]struct{}{"x": {}})
-	b := wl.add(map[string]struct{}{"y": {}})
-	c := wl.add(nil)
-	wl.wake("y")
-	assert.Len(t, b.ch, 1, "only b may use y")
-	assert.Len(t, a.ch, 0)
-	wl.wake("x")
-	assert.Len(t, a.ch, 1)
-	wl.wake("x")
-	assert.Len(t, c.ch, 1, "a already signalled: next eligible is c")
-	<-c.ch
-	wl.remove(a) // a leaves with a pending signal: it goes to c
-	assert.Len(t, c.ch, 1)
-	wl.remove(b)
-	wl.remove(c)
-	assert.Equal(t, 0, wl.len())
-}
-
 // inFlightNow returns the replica's reservation count (for tests).
 func (s *replicaState) inFlightNow() int {
 	s.mu.Lock()

@@ -22,6 +22,7 @@ type routeWriter struct {
 	bytes        int64
 	firstByteAt  time.Time
 	sniff        *usageSniffer
+	respIDs      *responseIDScanner // reads a /v1/responses answer's id
 	onFirstBytes func()
 }
 
@@ -58,6 +59,9 @@ func (w *routeWriter) Write(p []byte) (int, error) {
 		if w.onFirstBytes != nil {
 			w.onFirstBytes()
 		}
+	}
+	if w.respIDs != nil {
+		w.respIDs.observe(p)
 	}
 	out := p
 	if w.sniff != nil {

@@ -32,6 +32,8 @@ const (
 	rejectNoHealthy                // every replica is cooling or tried -> 503
 	rejectNoReplicas               // the pool is empty -> 503
 	rejectRateLimited              // every replica is cooling after a 429 -> 429
+	rejectStateGone                // the replica holding previous_response_id left -> 404
+	rejectDisplaced                // a higher-priority arrival took its place in a full queue -> 429
 )
 
 func (r rejectReason) String() string {
@@ -46,6 +48,10 @@ func (r rejectReason) String() string {
 		return "no_replicas"
 	case rejectRateLimited:
 		return "rate_limited"
+	case rejectStateGone:
+		return "state_gone"
+	case rejectDisplaced:
+		return "displaced"
 	}
 	return "none"
 }
@@ -56,6 +62,17 @@ func (r rejectReason) String() string {
 type routeCtx struct {
 	req     *policies.Request
 	started time.Time
+	// session is the request's session identity ("" for none) and
+	// sessionKey its key (session.go); set before the policy runs.
+	session    string
+	sessionKey uint64
+	// pin is the replica that holds the state a /v1/responses follow-up
+	// continues ("" for none), pinKey the state's key (session.go).
+	pin, pinKey string
+	// tk is the request's admission ticket (budgets.go): its tenant, band
+	// and estimate; nil without llm_route's tenants. Set before the
+	// policy runs; its slot is given back by finish.
+	tk *ticket
 
 	mu sync.Mutex
 	// body is the body as sent upstream; nil when not read, and dropped
@@ -178,6 +195,7 @@ func (rc *routeCtx) finish(o outcome) {
 		o, forgive = rc.judgeLocked(cur, o)
 	}
 	rc.mu.Unlock()
+	waiters.release(rc.tk) // the tenant's slot (waitqueue.go)
 	rc.endJudged(cur, o, forgive)
 }
 
@@ -241,6 +259,9 @@ func (rc *routeCtx) refuse(r rejectReason, retryAfter time.Duration) {
 	rc.reject, rc.retryAfter = r, retryAfter
 	rc.mu.Unlock()
 	metricRejected.WithLabelValues(r.String()).Inc()
+	if rc.tk != nil {
+		metricTenantRejected.WithLabelValues(rc.tk.flow, r.String()).Inc()
+	}
 }
 
 // rejection returns the policy's refusal, rejectNone if there was none.
@@ -256,14 +277,35 @@ func (rc *routeCtx) rejection() (rejectReason, time.Duration) {
 // a failed attempt may still hold (and later close) the previous reader on
 // its own goroutine, so sharing one rewinding reader between attempts
 // races and can send a retry a cut body. A new reader per attempt cannot.
-func (rc *routeCtx) attemptBody() (io.ReadCloser, bool) {
+func (rc *routeCtx) attemptBody() (io.ReadCloser, int64, bool) {
 	rc.mu.Lock()
 	b := rc.body
 	rc.mu.Unlock()
 	if b == nil {
-		return nil, false
+		return nil, 0, false
 	}
-	return bodyReader(b), true
+	return bodyReader(b), int64(len(b)), true
+}
+
+// attemptBodyBytes returns the body attempts send (false when none).
+func (rc *routeCtx) attemptBodyBytes() ([]byte, bool) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.body, rc.body != nil
+}
+
+// setBody replaces the body every later attempt sends.
+func (rc *routeCtx) setBody(b []byte) {
+	rc.mu.Lock()
+	rc.body = b
+	rc.mu.Unlock()
+}
+
+// attempted reports whether the request was sent to any replica.
+func (rc *routeCtx) attempted() bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.tried) > 0
 }
 
 // bodyReader is one attempt's reader over body.

@@ -46,6 +46,14 @@ type LLMSelection struct {
 	// with Retry-After. Default 30s.
 	QueueTimeout caddy.Duration `json:"queue_timeout,omitempty"`
 
+	// SheddableShare is the share of the pool's capacity (the sum of its
+	// available replicas' caps) that sheddable requests may use: one is
+	// admitted only while the pool's requests in flight, itself included,
+	// stay within this share, so that the rest is kept for standard and
+	// critical traffic. Between 0 and 1; default 0.8. 1 lets sheddable
+	// requests fill the pool (they still wait behind every higher band).
+	SheddableShare float64 `json:"sheddable_share,omitempty"`
+
 	// CooldownBase is the first cooldown of a failing replica; each further
 	// consecutive failure doubles it up to CooldownMax. After a cooldown one
 	// probe request is let through while the others wait; the replica is
@@ -106,7 +114,7 @@ type LLMSelection struct {
 	// replica is believed to hold). Unset (0, the default): a new prefix
 	// goes to the replica with the least prefill pending and that replica
 	// becomes its home; with peers (see Peers) it goes to its rendezvous
-	// home unless that one has ColdSlack more prefill pending. 1, 2 and 3
+	// home unless that one has more prefill pending than ColdSlack allows. 1, 2 and 3
 	// are the rules of earlier releases: 1 always the rendezvous home
 	// (every instance agrees; traffic that shares nothing is hashed, not
 	// balanced), 2 that or the second-ranked replica when less loaded, 3
@@ -122,14 +130,24 @@ type LLMSelection struct {
 	// instance computes alike, within ColdSlack.
 	Peers string `json:"peers,omitempty"`
 
-	// ColdSlack is, with peers, how many bytes more pending prefill (prompt
-	// this router sent that is believed uncached and awaits its first
-	// byte) a new prefix's rendezvous home may have than the least-loaded
-	// replica for the prefix to go home anyway. Larger makes instances
-	// agree more often on a new prefix's first placement; smaller keeps
-	// traffic that shares nothing from queueing behind itself. Default
-	// 8KiB (about one 2,000-token prompt); -1 means none.
-	ColdSlack int `json:"cold_slack,omitempty"`
+	// ColdSlack is, with peers, how much more pending prefill (prompt this
+	// router sent that is believed uncached and awaits its first byte) a
+	// new prefix's rendezvous home may have than the least-loaded replica,
+	// as a fraction of the new prefix's own prompt, for the prefix to go
+	// home anyway. Larger makes instances agree more often on a new
+	// prefix's first placement; smaller keeps traffic that shares nothing
+	// from queueing behind itself. Default 0.5 (going home never delays a
+	// first token by more than half the prefill it needs anyway); -1: home
+	// only when it has no more pending than the least.
+	ColdSlack float64 `json:"cold_slack,omitempty"`
+
+	// HomesDirectory, when set, shares where each new prefix was first
+	// placed with the other router instances through Valkey or Redis
+	// (directory.go): new prefixes are then placed by load and every
+	// instance follows the first placement, which no instance can do on
+	// its own state. When the store does not answer, the router places as
+	// it does without it.
+	HomesDirectory *HomesDirectoryConfig `json:"homes_directory,omitempty"`
 
 	// IndexAnswers adds what each streamed answer said to the replica's
 	// residency index, rendered as the next turn of the conversation will
@@ -231,6 +249,9 @@ func (p *LLMSelection) setup() error {
 	if p.QueueTimeout == 0 {
 		p.QueueTimeout = caddy.Duration(30 * time.Second)
 	}
+	if p.SheddableShare == 0 {
+		p.SheddableShare = defaultSheddableShare
+	}
 	if p.CooldownBase == 0 {
 		p.CooldownBase = caddy.Duration(time.Second)
 	}
@@ -273,6 +294,13 @@ func (p *LLMSelection) setup() error {
 		Peers:             peerModes[p.Peers],
 		ColdSlack:         p.ColdSlack,
 	}
+	if p.HomesDirectory != nil {
+		d, err := homesDirectory(*p.HomesDirectory, p.logger)
+		if err != nil {
+			return err
+		}
+		opts.Directory = d
+	}
 	var err error
 	// The strategy resolves opts itself (WithDefaults is not idempotent for
 	// a negative load_slack); p.opts keeps the same resolution for /state.
@@ -305,6 +333,9 @@ func (p *LLMSelection) Validate() error {
 	}
 	if p.QueueSize < 0 {
 		return fmt.Errorf("queue_size must be >= 0, got %d", p.QueueSize)
+	}
+	if p.SheddableShare < 0 || p.SheddableShare > 1 {
+		return fmt.Errorf("sheddable_share must be in (0, 1], got %v", p.SheddableShare)
 	}
 	if p.CooldownBase < 0 || p.CooldownMax < p.CooldownBase {
 		return fmt.Errorf("cooldown must satisfy 0 <= base <= max")
@@ -382,19 +413,14 @@ func (p *LLMSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _
 		rc.refuse(rejectNoReplicas, time.Second)
 		return nil
 	}
-	keys := rc.keys()
-
-	up, res := p.trySelect(pool, r, rc, keys, start, false)
-	if up != nil {
-		return up
-	}
-	if why := res.refusal(); why != rejectNone {
-		rc.refuse(why, res.minCool)
+	if !checkPin(rc, pool) {
 		return nil
 	}
+	keys := rc.keys()
 
-	// Every usable replica is full: wait for a slot (waitqueue.go).
-	return p.wait(pool, r, rc, keys, start)
+	// At once, or through the fair queue when the replicas are full or
+	// others wait (waitqueue.go).
+	return p.admit(pool, r, rc, keys, start)
 }
 
 // Interface guards

@@ -122,7 +122,7 @@ func TestStateShowsEffectivePolicy(t *testing.T) {
 	assert.Equal(t, 256, p.QueueSize)
 	assert.Equal(t, 30*time.Second, p.QueueTimeout)
 	assert.Equal(t, 1.5, p.BalanceFactor)
-	assert.Equal(t, 1, p.ColdChoices)
+	assert.Equal(t, 0, p.ColdChoices, "the adaptive cold rule")
 	assert.Equal(t, 3, p.DialTimeoutFails)
 	assert.False(t, p.EngineMetrics)
 }

@@ -14,8 +14,9 @@ const maxSniffJSON = 1 << 20
 const maxSniffLine = 256 << 10
 
 // usageSniffer reads the usage an engine reports as the response streams by:
-// usage.prompt_tokens_details.cached_tokens (OpenAI, vLLM, SGLang) or
-// llama.cpp's timings.cache_n / tokens_cached. It relays every complete SSE
+// usage.prompt_tokens_details.cached_tokens (OpenAI, vLLM, SGLang),
+// llama.cpp's timings.cache_n / tokens_cached, or Anthropic's
+// cache_read_input_tokens (/v1/messages). It relays every complete SSE
 // line at once; only when strip is set (llm_route asked the engine for a
 // usage chunk the client did not want) does it hold a partial line until
 // its end, so that the usage-only chunk can be left out.
@@ -31,7 +32,14 @@ type usageSniffer struct {
 	found        bool
 	cached       int
 	promptTokens int
-	finished     bool // saw a finish_reason or [DONE]
+	finished     bool // saw a finish_reason, [DONE] or Anthropic's message_stop
+
+	// usageTokens is the request's whole usage (prompt and output) as the
+	// engine reported it, 0 until it did; chunks counts the SSE data
+	// events streamed (not the usage-only chunk). Token budgets are
+	// settled from them (budgets.go, tokensUsed).
+	usageTokens int
+	chunks      int
 
 	// answer, when set, is fed the answer's text (answers.go).
 	answer *answerCapture
@@ -164,6 +172,10 @@ func (s *usageSniffer) inspect(line []byte) bool {
 	s.dropped = false
 	data, ok := bytes.CutPrefix(t, []byte("data:"))
 	if !ok {
+		// Anthropic's stream ends with "event: message_stop".
+		if ev, ok := bytes.CutPrefix(t, []byte("event:")); ok && string(bytes.TrimSpace(ev)) == "message_stop" {
+			s.finished = true
+		}
 		return false
 	}
 	data = bytes.TrimSpace(data)
@@ -171,16 +183,21 @@ func (s *usageSniffer) inspect(line []byte) bool {
 		s.finished = true
 		return false
 	}
+	s.chunks++
 	if s.answer != nil {
 		s.answer.feed(data)
 	}
-	if bytes.Contains(data, []byte(`"finish_reason":"`)) || bytes.Contains(data, []byte(`"finish_reason": "`)) {
+	if bytes.Contains(data, []byte(`"finish_reason":"`)) || bytes.Contains(data, []byte(`"finish_reason": "`)) ||
+		bytes.Contains(data, []byte(`"type":"message_stop"`)) {
 		s.finished = true
 	}
 	if !bytes.Contains(data, []byte(`"usage"`)) && !bytes.Contains(data, []byte(`"timings"`)) && !bytes.Contains(data, []byte(`"tokens_cached"`)) {
 		return false
 	}
 	usageOnly := s.read(data)
+	if usageOnly {
+		s.chunks-- // no output in it
+	}
 	if s.strip && usageOnly {
 		s.dropped = true
 		return true
@@ -196,7 +213,15 @@ type usageDoc struct {
 		PromptTokensDetails *struct {
 			CachedTokens int `json:"cached_tokens"`
 		} `json:"prompt_tokens_details"`
+		anthropicUsage
+		tokenCounts
 	} `json:"usage"`
+	// Type and Message are Anthropic's: an event's type, and message_start's
+	// message, which carries the usage.
+	Type    string `json:"type"`
+	Message *struct {
+		Usage *anthropicUsage `json:"usage"`
+	} `json:"message"`
 	Timings *struct {
 		CacheN  *int `json:"cache_n"`
 		PromptN int  `json:"prompt_n"`
@@ -219,11 +244,36 @@ func (s *usageSniffer) read(doc []byte) bool {
 		s.found, s.cached, s.promptTokens = true, *u.Timings.CacheN, *u.Timings.CacheN+u.Timings.PromptN
 	case u.TokensCached != nil:
 		s.found, s.cached, s.promptTokens = true, *u.TokensCached, u.TokensEval
+	case u.Usage != nil && u.Usage.CacheReadInputTokens != nil:
+		s.readAnthropic(&u.Usage.anthropicUsage)
+	case u.Message != nil && u.Message.Usage != nil && u.Message.Usage.CacheReadInputTokens != nil:
+		s.readAnthropic(u.Message.Usage)
 	case u.Usage != nil && u.Usage.PromptTokens > 0:
 		// Usage without details: the engine does not report cached tokens.
 		s.promptTokens = u.Usage.PromptTokens
 	}
-	return u.Usage != nil && (u.Choices == nil || len(*u.Choices) == 0)
+	if u.Usage != nil {
+		s.countTokens(u.Usage.PromptTokens, u.Usage.tokenCounts)
+	}
+	// A typed event (Anthropic's, the Responses API's) is never a usage chunk
+	// to strip.
+	return u.Usage != nil && u.Type == "" && (u.Choices == nil || len(*u.Choices) == 0)
+}
+
+// anthropicUsage is the usage of Anthropic's Messages API (in a JSON answer,
+// message_start's message and message_delta): input_tokens counts only the
+// prompt tokens neither read from the cache nor written to it.
+type anthropicUsage struct {
+	InputTokens              int  `json:"input_tokens"`
+	CacheReadInputTokens     *int `json:"cache_read_input_tokens"`
+	CacheCreationInputTokens int  `json:"cache_creation_input_tokens"`
+}
+
+// readAnthropic records Anthropic usage: cached is what was read from the
+// cache, the prompt all three counts.
+func (s *usageSniffer) readAnthropic(u *anthropicUsage) {
+	s.found, s.cached = true, *u.CacheReadInputTokens
+	s.promptTokens = u.InputTokens + *u.CacheReadInputTokens + u.CacheCreationInputTokens
 }
 
 // finish parses a buffered non-streamed body, and ends the answer's

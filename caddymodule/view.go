@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
@@ -15,6 +16,9 @@ type selectResult struct {
 	// or gone), limited of those cooling after a 429.
 	total, cooling, limited int
 	minCool                 time.Duration
+	// shed is set when a sheddable request found the pool at its
+	// sheddable share (waitqueue.go, shedAllowed): it waits.
+	shed bool
 }
 
 // refusal is why a request must be refused now (rejectNone: it may
@@ -45,6 +49,8 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 	view := buf[:0]
 	var sbuf [16]*replicaState
 	states := sbuf[:0]
+	var dbuf [16]bool
+	downs := dbuf[:0] // counted in res.cooling
 	var res selectResult
 	res.total = len(pool)
 	var gone map[string]bool
@@ -59,6 +65,7 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 			res.cooling++
 			view = append(view, policies.Replica{Addr: addr, Unavailable: true, EngineWaiting: -1, EngineRunning: -1, KVUsage: -1})
 			states = append(states, nil)
+			downs = append(downs, true)
 			continue
 		}
 		st := p.state(addr)
@@ -97,12 +104,18 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 			view[len(view)-1].InFlight = max(v.inFlight, limit)
 		}
 		states = append(states, st)
+		downs = append(downs, down)
 	}
 	if res.cooling == res.total {
 		p.keepOneRoutable(pool, rc, view, states, &res, now)
 	}
+	if rc.tk.sheddable() && res.cooling < res.total && !p.shedAllowed(view) {
+		res.shed = true // the rest of the pool is kept for higher bands
+		return nil, res
+	}
+	pinned := pinTo(rc, view, downs, &res)
 	for range len(view) {
-		i := p.strategy.Pick(keys, view)
+		i, how := p.pick(rc, keys, view, pinned)
 		if i < 0 {
 			break
 		}
@@ -114,10 +127,18 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 		if !rc.begin(a) {
 			return nil, res
 		}
+		if how != "" {
+			metricSessionRoutes.WithLabelValues(how).Inc()
+			sessionHomes.Add(rc.sessionKey, view[i].Addr)
+		}
 		a.placeKeys(keys)
 		clearAttemptPlaceholders(r)
-		if body, ok := rc.attemptBody(); ok {
+		if body, n, ok := rc.attemptBody(); ok {
 			r.Body = body
+			if r.ContentLength != n { // checkPin rewrote the body
+				r.ContentLength = n
+				r.Header.Set("Content-Length", strconv.FormatInt(n, 10))
+			}
 		}
 		if p.decision != nil {
 			p.decision.Observe(time.Since(start).Seconds())
@@ -125,6 +146,87 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 		return pool[i], res
 	}
 	return nil, res
+}
+
+// pick chooses among view: the replica holding the request's response
+// state when it has one (pinned), a session's home or new home by
+// policies.PickSession (for the prefix strategies), else the strategy's
+// pick. how names a session's placement for metrics ("" for none).
+func (p *LLMSelection) pick(rc *routeCtx, keys policies.Keys, view []policies.Replica, pinned int) (int, string) {
+	switch {
+	case pinned >= 0:
+		if view[pinned].Free() {
+			return pinned, ""
+		}
+		return -1, ""
+	case rc.sessionKey != 0 && p.strategy.Name() != "round_robin" && p.strategy.Name() != "least_load":
+		home, _ := sessionHomes.Get(rc.sessionKey)
+		i := policies.PickSession(rc.sessionKey, home, view, p.opts)
+		switch {
+		case i < 0:
+			return -1, ""
+		case home == "":
+			return i, "new"
+		case view[i].Addr == home:
+			return i, "home"
+		}
+		return i, "moved"
+	}
+	return p.strategy.Pick(keys, view), ""
+}
+
+// pinTo returns the index in view of the replica holding the response
+// state the request continues (-1 for none), and takes every other
+// replica out of the view, counted as down in res: the state is there and
+// nowhere else, so the request waits for that replica when it is full and
+// is refused when it is down, rather than going elsewhere.
+func pinTo(rc *routeCtx, view []policies.Replica, downs []bool, res *selectResult) int {
+	if rc.pin == "" {
+		return -1
+	}
+	at := -1
+	for i := range view {
+		if view[i].Addr == rc.pin {
+			at = i
+			continue
+		}
+		view[i].Unavailable = true
+		if !downs[i] {
+			res.cooling++
+		}
+	}
+	return at
+}
+
+// checkPin handles a /v1/responses follow-up whose state lives on a
+// replica that is no longer in pool: refused (previous_response_not_found)
+// unless its input carries the whole conversation, which is then sent
+// without previous_response_id to wherever it routes. It reports whether
+// the request may go on.
+func checkPin(rc *routeCtx, pool reverseproxy.UpstreamPool) bool {
+	if rc.pin == "" {
+		return true
+	}
+	for _, u := range pool {
+		if u.String() == rc.pin {
+			metricStateRoutes.WithLabelValues("pinned").Inc()
+			return true
+		}
+	}
+	if rc.req != nil && rc.req.InputHasHistory {
+		if b, ok := rc.attemptBodyBytes(); ok {
+			if nb, ok := withoutPrevious(b); ok {
+				rc.setBody(nb)
+				rc.pin = ""
+				stateHomes.Remove(rc.pinKey)
+				metricStateRoutes.WithLabelValues("resent").Inc()
+				return true
+			}
+		}
+	}
+	metricStateRoutes.WithLabelValues("gone").Inc()
+	rc.refuse(rejectStateGone, 0)
+	return false
 }
 
 // keepOneRoutable keeps status failures from taking out every replica (a

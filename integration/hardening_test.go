@@ -126,7 +126,6 @@ func TestAdministrativePathsHidden(t *testing.T) {
 		{http.MethodPost, "/sim/fault", 404, "unknown_url"},
 		{http.MethodPut, "/v1/chat/completions", 405, "method_not_allowed"},
 		{http.MethodGet, "/health", 200, ""},
-		{http.MethodGet, "/v1/models", 200, ""},
 		{http.MethodPost, "/v1/chat/completions", 200, ""},
 	} {
 		id := newID(t)

@@ -20,13 +20,21 @@ import (
 // the same config and no shared state send the same cold prefix to the same
 // replica: distinct system prompts, each sent once to each instance (half
 // the traffic each), over 4 replicas.
-//   - With the defaults (cold_choices 1: home, unless the home is past the
-//     looser cold bound, cold_balance_factor 3), one at a time, 16 and 48
-//     at a time per instance, they must agree on >= 99%: each instance's
-//     bound sees only its own in-flight requests, and the cold bound is
-//     loose enough that those partial views do not move a new prefix.
-//     (With cold_balance_factor 1.5, the old shared bound, 16 at a time
-//     agreed on 95-100%; logged.)
+//   - With cold_choices 1 (home, unless the home is past the looser cold
+//     bound, cold_balance_factor 3; the default of earlier releases), one
+//     at a time, 16 and 48 at a time per instance, they must agree on >=
+//     99%: each instance's bound sees only its own in-flight requests, and
+//     the cold bound is loose enough that those partial views do not move
+//     a new prefix. (With cold_balance_factor 1.5, the old shared bound, 16
+//     at a time agreed on 95-100%; logged.)
+//   - With the defaults (no engine metrics here, so peers are assumed: a
+//     new prefix goes home unless that has more prefill pending than half
+//     its own prompt beyond the least-loaded replica's), one at a time
+//     they must agree on >= 99% too (nothing is pending); 16 at a time
+//     each instance's own pending prefill moves new prefixes (about 50%
+//     here; logged only: the default trades first-placement agreement for
+//     the tail, and a prefix's later requests go to its rendezvous home;
+//     docs/scaling.md).
 //   - 16 at a time with cold_choices 3 (the least-loaded replica, a
 //     single-router setting), each instance places a cold prefix by its own
 //     view of the load: agreement drops (about 50% here); logged only.
@@ -35,7 +43,7 @@ func TestTwoInstancesAgreeOnColdPrefixes(t *testing.T) {
 		workers, coldChoices int
 		coldFactor           float64
 		min                  float64
-	}{{1, 0, 0, 0.99}, {16, 0, 0, 0.99}, {48, 0, 0, 0.99}, {16, 0, 1.5, 0}, {16, 3, 0, 0}} {
+	}{{1, 1, 0, 0.99}, {16, 1, 0, 0.99}, {48, 1, 0, 0.99}, {16, 1, 1.5, 0}, {1, 0, 0, 0.99}, {16, 0, 0, 0}, {16, 3, 0, 0}} {
 		t.Run(fmt.Sprintf("concurrency_%d_cold_choices_%d_cold_balance_factor_%g", c.workers, c.coldChoices, c.coldFactor), func(t *testing.T) {
 			twoInstances(t, c.workers, c.coldChoices, c.coldFactor, c.min)
 		})

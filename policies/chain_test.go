@@ -60,7 +60,7 @@ func TestChainIsolation(t *testing.T) {
 		{"other deployment", mustParse(t, chat, body("", "m"), ParseConfig{Deployment: "d2"})},
 		{"other model", mustParse(t, chat, body("", "m2"), ParseConfig{Deployment: "d"})},
 		{"cache salt", mustParse(t, chat, body(`,"cache_salt":"tenant-a"`, "m"), ParseConfig{Deployment: "d"})},
-		{"tools", mustParse(t, chat, body(`,"tools":[]`, "m"), ParseConfig{Deployment: "d"})},
+		{"tools", mustParse(t, chat, body(`,"tools":[{"type":"function","function":{"name":"f"}}]`, "m"), ParseConfig{Deployment: "d"})},
 	}
 	// 1,100 bytes of prompt: blocks whose isolation the subtests check.
 	require.GreaterOrEqual(t, len(base.Keys.Blocks), 8)

@@ -304,7 +304,7 @@ func text(lit []byte, esc bool) (string, bool) {
 }
 
 var (
-	topFields = []string{"model", "stream", "stream_options", "cache_salt", "tools", "functions", "messages"}
+	topFields = []string{"model", "stream", "stream_options", "cache_salt", "prompt_cache_key", "tools", "functions", "messages"}
 	msgFields = []string{"role", "content", "name", "tool_call_id", "tool_calls"}
 )
 
@@ -367,7 +367,7 @@ func fastChat(body []byte, cfg ParseConfig) (*Request, bool) {
 			} else if _, ok := s.skip(0); !ok {
 				return nil, false
 			}
-		case "cache_salt":
+		case "cache_salt", "prompt_cache_key":
 			if s.i < len(s.b) && s.b[s.i] == '"' {
 				lit, esc, ok := s.str()
 				if !ok {
@@ -377,7 +377,12 @@ func fastChat(body []byte, cfg ParseConfig) (*Request, bool) {
 				if !ok {
 					return nil, false
 				}
-				b.CacheSalt = jsonText{s: strings.Clone(v), kind: shapeString}
+				t := jsonText{s: strings.Clone(v), kind: shapeString}
+				if k == "cache_salt" {
+					b.CacheSalt = t
+				} else {
+					b.PromptCacheKey = t
+				}
 			} else if _, ok := s.skip(0); !ok {
 				return nil, false
 			}

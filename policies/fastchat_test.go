@@ -43,6 +43,7 @@ func parseBoth(t *testing.T, body []byte, cfg ParseConfig) (accepted bool) {
 // spaces): it must accept every one, so that comparing it with the
 // general path on them compares something.
 var fastChatBodies = []string{
+	`{"model":"m","prompt_cache_key":"session-\u00e9-1","cache_salt":"s","messages":[{"role":"user","content":"hi"}]}`,
 	`{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`,
 	`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"x"}]}`,
 	`{"model":"m","stream":false,"messages":[{"role":"user","content":"x"}]}`,

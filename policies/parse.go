@@ -73,6 +73,10 @@ func endpointOf(path string) Endpoint {
 		return EndpointCompletions
 	case "/v1/responses":
 		return EndpointResponses
+	case "/v1/messages":
+		return EndpointMessages
+	case "/v1/messages/count_tokens":
+		return EndpointCountTokens
 	}
 	return EndpointUnknown
 }
@@ -92,7 +96,8 @@ func isObject(body []byte) bool {
 // Parse reads one request body for the given URL path and returns what the
 // router needs: model, stream flags and the prefix Keys.
 //
-// For the three known endpoints it returns ErrMalformedJSON when body is not
+// For the known endpoints (chat, completions, responses and Anthropic's
+// messages and count_tokens) it returns ErrMalformedJSON when body is not
 // a JSON object and ErrMissingModel when it has no model string; every other
 // odd shape only sets Request.NoPrefix. Any other path yields
 // EndpointUnknown with NoPrefix set, model and stream filled in when the
@@ -138,6 +143,12 @@ func Parse(path string, body []byte, cfg ParseConfig) (*Request, error) {
 	case EndpointResponses:
 		var b responsesBody
 		bad, err := decode(body, &b, &b.commonBody, req)
+		req.PreviousResponseID, req.Conversation = b.PreviousResponseID.str(), b.Conversation.id
+		for i := range b.Input {
+			if it := &b.Input[i]; it.Role.str() == "assistant" || it.Type.str() == "function_call_output" {
+				req.InputHasHistory = true
+			}
+		}
 		var text *jsonText
 		switch {
 		case err != nil:
@@ -155,6 +166,10 @@ func Parse(path string, body []byte, cfg ParseConfig) (*Request, error) {
 			keysResponses(req, &b, text, cfg, len(body))
 		default:
 			req.NoPrefix = NoPrefixBodyShape
+		}
+	case EndpointMessages, EndpointCountTokens:
+		if err := parseMessages(req, body, cfg); err != nil {
+			return nil, err
 		}
 	default:
 		req.NoPrefix = NoPrefixEndpoint
@@ -199,19 +214,7 @@ func fillCommon(req *Request, c *commonBody) {
 	req.Stream = bool(c.Stream)
 	req.IncludeUsage = bool(c.StreamOptions.IncludeUsage)
 	req.CacheSalt = c.CacheSalt.str()
-}
-
-// toolsHash hashes tools (and legacy functions) as sent.
-func toolsHash(c *commonBody) uint64 {
-	if c.Functions == nil {
-		return xxhash.Sum64(c.Tools)
-	}
-	var d xxhash.Digest
-	d.Reset()
-	d.Write(c.Tools)
-	d.WriteString("\x00functions\x00")
-	d.Write(c.Functions)
-	return d.Sum64()
+	req.PromptCacheKey = c.PromptCacheKey.str()
 }
 
 // isSystem reports whether a role belongs to the leading system run.
@@ -247,10 +250,17 @@ func keysChat(req *Request, b *chatBody, cfg ParseConfig, sizeHint int) {
 
 	var c sink
 	c.initChain(leading, cfg.BlockSize, cfg.MaxBlocks, sizeHint)
+	leadBlocks := -1
 	for i := range msgs {
+		if leadBlocks < 0 && !isSystem(msgs[i].Role.s) {
+			leadBlocks = len(c.blocks)
+		}
 		renderChatMessage(&c, &msgs[i])
 	}
-	setKeys(req, leading, &c)
+	if leadBlocks < 0 {
+		leadBlocks = len(c.blocks)
+	}
+	setKeys(req, leading, &c, leadBlocks, answerMessage)
 }
 
 func keysCompletions(req *Request, b *completionsBody, cfg ParseConfig, sizeHint int) {
@@ -268,7 +278,13 @@ func keysCompletions(req *Request, b *completionsBody, cfg ParseConfig, sizeHint
 	var c sink
 	c.initChain(leading, cfg.BlockSize, cfg.MaxBlocks, sizeHint)
 	renderPrompt(&c, &b.Prompt)
-	setKeys(req, leading, &c)
+	// Only a single string prompt is continued by its completion's text;
+	// arrays and token ids have no one continuation.
+	kind := answerNone
+	if b.Prompt.kind == shapeString {
+		kind = answerText
+	}
+	setKeys(req, leading, &c, 0, kind)
 }
 
 // keysResponses follows keysChat: instructions render as a system message
@@ -295,6 +311,8 @@ func keysResponses(req *Request, b *responsesBody, text *jsonText, cfg ParseConf
 		}
 	}
 
+	// leadBlocks counts the chain's blocks when the leading run ends.
+	leadBlocks := -1
 	render := func(w *sink, leadingOnly bool) {
 		if b.Instructions.kind != shapeAbsent {
 			header(w, "system")
@@ -303,14 +321,20 @@ func keysResponses(req *Request, b *responsesBody, text *jsonText, cfg ParseConf
 		}
 		if text != nil {
 			if !leadingOnly {
+				leadBlocks = len(w.blocks)
 				renderText(w, "user", text.s)
 			}
 			return
 		}
 		for i := range items {
 			it := &items[i]
-			if leadingOnly && (it.kind() != "message" || !isSystem(it.Role.s)) {
-				return
+			if it.kind() != "message" || !isSystem(it.Role.s) {
+				if leadingOnly {
+					return
+				}
+				if leadBlocks < 0 {
+					leadBlocks = len(w.blocks)
+				}
 			}
 			renderItem(w, it)
 		}
@@ -323,11 +347,16 @@ func keysResponses(req *Request, b *responsesBody, text *jsonText, cfg ParseConf
 	var c sink
 	c.initChain(leading, cfg.BlockSize, cfg.MaxBlocks, sizeHint)
 	render(&c, false)
-	setKeys(req, leading, &c)
+	if leadBlocks < 0 {
+		leadBlocks = len(c.blocks)
+	}
+	setKeys(req, leading, &c, leadBlocks, answerMessage)
 }
 
-// setKeys stores the chain's result in req.
-func setKeys(req *Request, leading uint64, c *sink) {
-	req.Keys = Keys{Leading: leading, Blocks: c.blocks, BlockBytes: c.size}
+// setKeys stores the chain's result in req: leadBlocks of its blocks lie
+// within the leading run, and an answer continues it as kind says.
+func setKeys(req *Request, leading uint64, c *sink, leadBlocks int, kind answerKind) {
+	req.Keys = Keys{Leading: leading, Blocks: c.blocks, BlockBytes: c.size, LeadingBlocks: leadBlocks,
+		Bytes: c.total, end: c.end(kind)}
 	req.PromptBytes = c.total
 }

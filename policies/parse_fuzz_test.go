@@ -7,7 +7,8 @@ import (
 )
 
 // fuzzPaths are the paths FuzzParse chooses from.
-var fuzzPaths = []string{"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/responses/"}
+var fuzzPaths = []string{"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/responses/",
+	"/v1/messages", "/v1/messages/count_tokens"}
 
 // Outcomes a FuzzParse seed must have besides a NoPrefix reason.
 const (
@@ -54,6 +55,17 @@ func FuzzParse(f *testing.F) {
 		{3, `{"model":"e","input":"x"}`, NoPrefixEndpoint},
 		{3, ``, NoPrefixEndpoint},
 		{4, `not json`, seedError},
+		{5, `{"model":"m","system":[{"type":"text","text":"be brief","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"hi"}]}`, seedKeys},
+		{5, `{"model":"m","tools":[{"name":"f","input_schema":{}}],"messages":[{"role":"user","content":"q"},{"role":"assistant","content":[{"type":"text","text":"t"},{"type":"tool_use","id":"u","name":"f","input":{"a":1}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"u","content":[{"type":"text","text":"r"}]},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}]}]}`, seedKeys},
+		{5, `{"model":"m","messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"x","signature":"s"},{"type":"document","source":{"type":"text","data":"d"}}]}]}`, seedKeys},
+		{5, `{"model":"m","messages":"hi"}`, NoPrefixMessagesShape},
+		{5, `{"model":"m","messages":[]}`, NoPrefixNoMessages},
+		{5, `{"model":"m","messages":[{"role":"user","content":[{"type":"tool_result","content":7}]}]}`, NoPrefixContentShape},
+		{5, `{"model":"m","messages":[{"role":["user"],"content":"a"}]}`, NoPrefixRoleShape},
+		{5, `{"model":"m","system":{"a":1},"messages":[{"role":"user","content":"a"}]}`, NoPrefixSystemShape},
+		{5, `{"system":"s","messages":[]}`, seedError},
+		{6, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, NoPrefixCountTokens},
+		{6, `{"model":""}`, seedError},
 	}
 	want := map[seedKey]string{}
 	for _, s := range seeds {

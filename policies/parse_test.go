@@ -356,3 +356,35 @@ func benchmarkParse(b *testing.B, size int) {
 func BenchmarkParse4K(b *testing.B)   { benchmarkParse(b, 4<<10) }
 func BenchmarkParse64K(b *testing.B)  { benchmarkParse(b, 64<<10) }
 func BenchmarkParse512K(b *testing.B) { benchmarkParse(b, 512<<10) }
+
+// TestParseStateFields proves the fields that route by state rather than
+// prefix are read: prompt_cache_key (chat, by the fast path and the
+// general one alike), previous_response_id and conversation (responses,
+// as an id or an object).
+func TestParseStateFields(t *testing.T) {
+	for _, tt := range []struct {
+		name, path, body          string
+		cacheKey, previous, convo string
+	}{
+		{"chat prompt_cache_key", "/v1/chat/completions", `{"model":"m","prompt_cache_key":"sess-1","messages":[{"role":"user","content":"hi"}]}`, "sess-1", "", ""},
+		{"chat prompt_cache_key, general path", "/v1/chat/completions", `{"model":"m","prompt_cache_key":"sess-2","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`, "sess-2", "", ""},
+		{"responses previous", "/v1/responses", `{"model":"m","previous_response_id":"resp_1","input":"more"}`, "", "resp_1", ""},
+		{"responses conversation id", "/v1/responses", `{"model":"m","conversation":"conv_1","input":[{"role":"user","content":"x"}]}`, "", "", "conv_1"},
+		{"responses conversation object", "/v1/responses", `{"model":"m","conversation":{"id":"conv_2"},"input":"x","prompt_cache_key":"k"}`, "k", "", "conv_2"},
+		{"responses conversation of another shape", "/v1/responses", `{"model":"m","conversation":7,"input":"x"}`, "", "", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := Parse(tt.path, []byte(tt.body), ParseConfig{})
+			require.NoError(t, err)
+			assert.Equal(t, tt.cacheKey, req.PromptCacheKey)
+			assert.Equal(t, tt.previous, req.PreviousResponseID)
+			assert.Equal(t, tt.convo, req.Conversation)
+		})
+	}
+	history, err := Parse("/v1/responses", []byte(`{"model":"m","previous_response_id":"resp_1","input":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"}]}`), ParseConfig{})
+	require.NoError(t, err)
+	assert.True(t, history.InputHasHistory)
+	delta, err := Parse("/v1/responses", []byte(`{"model":"m","previous_response_id":"resp_1","input":[{"role":"user","content":"c"}]}`), ParseConfig{})
+	require.NoError(t, err)
+	assert.False(t, delta.InputHasHistory)
+}

@@ -3,33 +3,49 @@ package policies
 import "math"
 
 // prefixLoad is llmroute's default strategy: cache affinity under a load
-// bound. For each request:
+// bound, with new prefixes placed by the prefill queued ahead of them. For
+// each request:
 //
 //  1. Candidates are the Free replicas within the bound
-//     load+1 <= ceil(c*(total+1)/n) + slack, where total and n are the load
-//     and count of Free replicas, c is Options.BalanceFactor and slack is
-//     Options.LoadSlack. The least-loaded Free replica is always a candidate.
-//     A replica whose engine reports KV usage >= 0.95 is not a candidate
-//     while any other Free replica is not that full.
+//     load+1 <= ceil(c*(total+1)/n) + slack, where load is Replica.Load,
+//     total and n are the load and count of Free replicas, c is
+//     Options.BalanceFactor and slack is Options.LoadSlack. The
+//     least-loaded Free replica is always a candidate. A replica whose
+//     engine reports KV usage >= 0.95 is not a candidate while any other
+//     Free replica is not that full.
 //  2. Among candidates, the longest Index.Match of keys.Blocks wins when it
 //     is at least Options.MinMatchBlocks; equal matches go to the higher
-//     Rendezvous rank of keys.Leading.
-//  3. A cold prefix (no such match on any Free replica) goes to its home:
-//     the highest Rendezvous rank of keys.Leading among Free replicas
-//     within the looser cold bound, where c is Options.ColdBalanceFactor
-//     (3 by default), so that every router instance picks the same
-//     replica although each sees only its own in-flight requests
-//     (Options.ColdChoices 1, the default). A prefix resident only on
-//     replicas over the bound is hot, not cold: it spills to the
-//     highest-ranked candidate, deterministic too. ColdChoices 2 lets a
-//     cold prefix go to the second-ranked candidate when that one is less
-//     loaded; 3 to the least-loaded candidate, ties to the home. Those cut
-//     tail latency for traffic that shares nothing when one router
-//     decides, and cost hit rate when several do, because each then
-//     places a new prefix by its own view of the load
-//     (lab/experiments/results/variants.json and residency.json).
-//  4. A request without keys goes to the least-loaded candidate, ties broken
-//     pseudo-randomly.
+//     Rendezvous rank of the prefix's home key (HomeKey). A match that
+//     covers no more than the leading run (Keys.LeadingBlocks: the system
+//     prompt every request of this key shares, not a conversation's own
+//     history) goes to the prefix's recorded home instead, when that is a
+//     candidate, so that one copy of a shared prompt serves it; with peers
+//     and no Directory, it goes to the rendezvous home when the match is
+//     where this router placed the prefix by load (step 5), and otherwise
+//     stays where the index says (a replica that joined does not pull
+//     warm prefixes away from their cache).
+//  3. A prefix believed resident only on replicas over the bound is hot:
+//     it spills to the highest-ranked candidate, deterministic too.
+//  4. A cold prefix (no match on any candidate) with a known home goes
+//     there if the home is within the looser cold bound (c =
+//     Options.ColdBalanceFactor).
+//  5. A new prefix goes to the candidate with the least PendingPrefill
+//     (then the least load, then the highest rank), and that replica
+//     becomes its home. With peers (other routers) and no shared
+//     Directory, it goes to its rendezvous home within the cold bound
+//     instead while that one's PendingPrefill exceeds the least by no more
+//     than Options.ColdSlack times the prefix's own prompt, and its home
+//     stays the rendezvous one.
+//  6. A request without keys goes to the least-loaded Free replica, ties
+//     broken pseudo-randomly.
+//
+// Homes (homes.go): with Options.Directory they come from the shared
+// directory; otherwise from the router's own HomeTable while it has no
+// peers, and from the rendezvous rank while it has (Options.Peers, or
+// inferred from the engines' metrics). Options.ColdChoices 1, 2 and 3
+// select the cold rules of earlier releases instead of 2-5's homes: always
+// the rendezvous home within the cold bound (1), that or the second rank
+// when less loaded (2), or the least-loaded candidate (3).
 //
 // Why each rule, and what it takes from the routers in router-anchors.md:
 //
@@ -42,34 +58,52 @@ import "math"
 //     imbalance threshold (max-min > 64 and max > 1.5 x min), and AIBrix past
 //     a running-count gap of 8, the bound here acts per replica: only the
 //     overloaded replica sheds, and the rest keep their affinity.
-//   - Load is the router's own in-flight count plus the engine's waiting
-//     queue when known (Replica.Load), the two signals llm-d's scorers weigh
-//     (queue 2, KV usage 2); KV usage enters as the saturation cut rather
-//     than a weight, because llm-d's own "saturated at KV >= 0.8" and
-//     Dynamo's cost (uncached prefill blocks + active decode blocks) agree
-//     that a full cache loses the hit anyway. Unknown engine figures count
-//     as no extra load, never as idle: the in-flight count still applies.
-//   - Longest match among candidates is the prefix scorer of llm-d and
-//     Dynamo's uncached-prefill term; restricting it to candidates replaces
-//     llm-d's weighted sum, whose weights trade hit rate against queueing
-//     implicitly, with an explicit bound.
-//   - Ties and cold prefixes go by Rendezvous rank rather than at random
-//     (llm-d, vLLM production-stack) or by index order. This is where we aim
-//     higher: every router instance computes the same home from the same
-//     key, so several instances with no shared index still agree (SGLang's
-//     gateway lost follow-up hits from 0.94 to 0.66 going from one gateway
-//     to eight), and a hot prefix that exceeds the bound spills to its
-//     next-ranked candidate, which is deterministic too, so the spill lands
-//     on the same second replica from every instance.
+//   - Load is the router's own in-flight count plus its requests awaiting a
+//     first byte plus the engine's waiting queue when known (Replica.Load);
+//     KV usage enters as the saturation cut rather than a weight, because
+//     llm-d's own "saturated at KV >= 0.8" and Dynamo's cost (uncached
+//     prefill blocks + active decode blocks) agree that a full cache loses
+//     the hit anyway.
+//   - A new prefix's time to first token is set by the prefill queued ahead
+//     of it, not by the requests decoding there: Dynamo's uncached-prefill
+//     term. PendingPrefill is that queue as this router knows it (its
+//     requests' believed-uncached prompt bytes until their first byte), so
+//     traffic that shares nothing is placed as well as round robin places
+//     it, where hashing it to a home (the rule of earlier releases) doubled
+//     its TTFT p99 (lab/experiments/results/variants.md).
+//   - A one-off document and a reusable system prompt look alike at first
+//     sight; the placement by load is cheap to undo, because the home it
+//     records is where the prefix's later requests go, and is balanced by
+//     construction where rendezvous homes of a few dozen keys are not.
+//   - Several routers that each place new prefixes by their own load would
+//     scatter a shared prompt (SGLang's gateway lost follow-up hits from
+//     0.94 to 0.66 going from one gateway to eight). With peers a prefix
+//     that comes back, or matches only its leading run, goes to its
+//     rendezvous home, which every instance computes alike, so the
+//     instances converge on one copy from a prefix's second request on;
+//     its first request at each router goes home too unless home has
+//     more prefill queued than ColdSlack allows. Only shared state (a Directory)
+//     lets the first request of every router follow a placement by load.
 //
-// The caller records the decision with the chosen replica's Index.Insert;
-// Pick itself does not change any index. Pick costs O(blocks + replicas):
-// Match stops at the first missing block, and most replicas miss at block 0.
-// It does not allocate.
+// The caller records the decision with the chosen replica's belief
+// (Belief.Place); Pick itself changes no index. It records a new prefix's
+// home (Directory.Claim) and weighs the view as evidence of peers. Pick
+// costs O(blocks + replicas): Match stops at the first missing block, and
+// most replicas miss at block 0. It does not allocate.
 type prefixLoad struct {
 	opts  Options
 	least leastLoad
 	match MatchFunc // nil: the replica's Index
+	// homes is Options.Directory, or the router's own table.
+	homes Directory
+	// shared is true when homes is a Directory the operator configured.
+	shared bool
+	// provisional holds, with peers and no Directory, the new prefixes
+	// this router placed by load away from their rendezvous home: their
+	// next request that matches only the leading run goes home, where the
+	// other routers send it. Other leading-run matches keep their replica.
+	provisional *HomeTable
+	sense       *peerSense
 }
 
 // MatchFunc answers how much of keys is resident on replicas[i] (0 =
@@ -79,6 +113,15 @@ type prefixLoad struct {
 // the same decision rule.
 type MatchFunc func(keys Keys, i int, r *Replica) int
 
+func newPrefixLoad(o Options, match MatchFunc) *prefixLoad {
+	s := &prefixLoad{opts: o, least: leastLoad{seed: o.Seed}, match: match, homes: o.Directory, shared: o.Directory != nil,
+		provisional: NewHomeTable(12), sense: newPeerSense()}
+	if s.homes == nil {
+		s.homes = NewHomeTable(0)
+	}
+	return s
+}
+
 // NewPrefixLoadWithMatch returns prefix_load with its residency answer
 // replaced by match (MinMatchBlocks then applies in match's unit).
 func NewPrefixLoadWithMatch(opts Options, match MatchFunc) (Strategy, error) {
@@ -86,14 +129,40 @@ func NewPrefixLoadWithMatch(opts Options, match MatchFunc) (Strategy, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &prefixLoad{opts: o, least: leastLoad{seed: o.Seed}, match: match}, nil
+	return newPrefixLoad(o, match), nil
 }
 
 // Name returns "prefix_load".
 func (*prefixLoad) Name() string { return "prefix_load" }
 
+// Peers reports whether the strategy currently treats the replicas as
+// shared with other clients (Options.Peers, or what it inferred).
+func (s *prefixLoad) Peers() bool {
+	switch s.opts.Peers {
+	case PeersNone:
+		return false
+	case PeersSome:
+		return true
+	}
+	return s.sense.peers.Load()
+}
+
+// HomeKey is the key a prefix's home is ranked by: the leading key when
+// the leading run (system prompt, tools) covers at least one block, else
+// the first block, so that requests with no system prompt, which all share
+// one leading key, do not all share one home.
+func HomeKey(keys Keys) uint64 {
+	if keys.LeadingBlocks == 0 && len(keys.Blocks) > 0 {
+		return keys.Blocks[0]
+	}
+	return keys.Leading
+}
+
 // Pick returns the chosen Free replica's index, or -1 when none is Free.
 func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
+	if s.opts.Peers == PeersAuto {
+		s.sense.observe(replicas)
+	}
 	// Pass 1: totals over Free replicas, and the least load among those
 	// that are not KV-saturated (among all Free ones if every one is).
 	n, total := 0, 0
@@ -128,25 +197,30 @@ func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
 	}
 	bound := int(math.Ceil(s.opts.BalanceFactor*float64(total+1)/float64(n))) + s.opts.LoadSlack
 	coldBound := int(math.Ceil(s.opts.ColdBalanceFactor*float64(total+1)/float64(n))) + s.opts.LoadSlack
+	legacy := s.opts.ColdChoices != 0
+	hk := HomeKey(keys)
+	if legacy {
+		hk = keys.Leading
+	}
 
 	// Pass 2: among candidates (within bound), the longest match (ties by
-	// rank), the home (highest rank) and the second; among replicas within
-	// coldBound, the cold home.
+	// rank), the highest and second-highest ranks, and the coolest; among
+	// replicas within coldBound, the highest rank.
 	best, bestMatch, bestScore := -1, 0, uint64(0)
 	home, homeScore, second, secondScore := -1, uint64(0), -1, uint64(0)
 	// coldHome is the highest-ranked replica within the cold bound; spill
 	// is set when the prefix is resident only on replicas over the bound.
 	coldHome, coldScore, spill := -1, uint64(0), false
-	// coolest is the least-loaded candidate (ties to the higher rank), the
-	// cold choice when ColdChoices is 3 or more.
+	// coolest is the candidate with the least pending prefill, then the
+	// least load, then the higher rank (legacy: the least load).
 	coolest, coolestScore := -1, uint64(0)
 	for i := range replicas {
 		r := &replicas[i]
-		if !r.Free() || (!allSat && saturated(r)) {
+		if !s.eligible(r, allSat) {
 			continue
 		}
 		l := r.Load()
-		sc := Rendezvous(keys.Leading, r.Addr)
+		sc := Rendezvous(hk, r.Addr)
 		var m int
 		if s.match != nil {
 			m = s.match(keys, i, r)
@@ -162,7 +236,7 @@ func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
 			spill = spill || m >= s.opts.MinMatchBlocks
 			continue
 		}
-		if coolest < 0 || l < replicas[coolest].Load() || (l == replicas[coolest].Load() && sc > coolestScore) {
+		if coolest < 0 || s.cooler(r, sc, &replicas[coolest], coolestScore, legacy) {
 			coolest, coolestScore = i, sc
 		}
 		switch {
@@ -176,16 +250,123 @@ func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
 			best, bestMatch, bestScore = i, m, sc
 		}
 	}
-	if bestMatch >= s.opts.MinMatchBlocks {
-		return best
+	warm := bestMatch >= s.opts.MinMatchBlocks
+	if legacy {
+		switch {
+		case warm:
+			return best
+		case s.opts.ColdChoices >= 3:
+			return coolest
+		case s.opts.ColdChoices == 2 && second >= 0 && replicas[second].Load() < replicas[home].Load():
+			return second
+		case s.opts.ColdChoices == 2 || spill:
+			return home
+		}
+		return coldHome
 	}
-	switch {
-	case s.opts.ColdChoices >= 3:
-		return coolest
-	case s.opts.ColdChoices == 2 && second >= 0 && replicas[second].Load() < replicas[home].Load():
-		return second
-	case s.opts.ColdChoices == 2 || spill:
+
+	if warm && bestMatch > keys.LeadingBlocks {
+		return best // the request's own history: follow it
+	}
+	if spill && !warm {
 		return home
 	}
-	return coldHome
+	// What is left matches at most the shared leading run, or nothing:
+	// it goes to the prefix's home.
+	peers := s.Peers()
+	trusted := s.shared || !peers // homes this router may follow
+	known, at := "", -1
+	if addr, ok := s.homes.Home(hk); ok {
+		known = addr
+		if trusted {
+			at = s.find(replicas, addr, allSat)
+		}
+	}
+	if warm {
+		switch {
+		case at >= 0 && s.within(&replicas[at], bound, minLoad):
+			return at
+		case !trusted && best != home:
+			// Only the leading run matches, away from the rendezvous home:
+			// if that is where this router put the prefix by load, its
+			// second request settles it home, with the other routers.
+			if addr, ok := s.provisional.Home(hk); ok && addr == replicas[best].Addr {
+				return home
+			}
+		}
+		return best
+	}
+	if known != "" {
+		// It came back: to its home, or (a home this router may not
+		// follow, or one gone or past the cold bound) the rendezvous one.
+		if at >= 0 && s.within(&replicas[at], coldBound, minLoad) {
+			return at
+		}
+		return coldHome
+	}
+	// A new prefix: by load, or with peers and no directory home within
+	// the slack.
+	slack := int(s.opts.ColdSlack * float64(keys.Bytes))
+	nearHome := replicas[coldHome].PendingPrefill <= replicas[coolest].PendingPrefill+slack
+	choice := coolest
+	if peers && !s.shared && nearHome {
+		choice = coldHome
+	}
+	won, ok := s.homes.Claim(hk, replicas[choice].Addr)
+	if peers && !s.shared && choice != coldHome {
+		s.provisional.Learn(hk, replicas[choice].Addr)
+	}
+	switch {
+	case !ok:
+		// The shared directory did not answer: as with no directory.
+		if peers && nearHome {
+			return coldHome
+		}
+	case won != replicas[choice].Addr:
+		// Another router placed it first.
+		if j := s.find(replicas, won, allSat); j >= 0 && s.within(&replicas[j], coldBound, minLoad) {
+			return j
+		}
+	}
+	return choice
+}
+
+// eligible reports whether r may be chosen at all: Free, and not
+// KV-saturated unless every Free replica is.
+func (s *prefixLoad) eligible(r *Replica, allSat bool) bool {
+	return r.Free() && (allSat || !saturated(r))
+}
+
+// within reports whether r is within a bound (or the least loaded).
+func (s *prefixLoad) within(r *Replica, bound, minLoad int) bool {
+	l := r.Load()
+	return l+1 <= bound || l == minLoad
+}
+
+// find returns the index of the eligible replica at addr, or -1.
+func (s *prefixLoad) find(replicas []Replica, addr string, allSat bool) int {
+	for i := range replicas {
+		if replicas[i].Addr == addr {
+			if s.eligible(&replicas[i], allSat) {
+				return i
+			}
+			return -1
+		}
+	}
+	return -1
+}
+
+// cooler reports whether r (rank sc) is a better place for a new prefix
+// than c (rank csc): less prefill pending, then less load, then the higher
+// rank. legacy compares load alone, as cold_choices 3 did.
+func (s *prefixLoad) cooler(r *Replica, sc uint64, c *Replica, csc uint64, legacy bool) bool {
+	if !legacy {
+		if r.PendingPrefill != c.PendingPrefill {
+			return r.PendingPrefill < c.PendingPrefill
+		}
+	}
+	if l, cl := r.Load(), c.Load(); l != cl {
+		return l < cl
+	}
+	return sc > csc
 }

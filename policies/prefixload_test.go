@@ -11,9 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// TestPrefixLoad checks the rules every cold setting shares, with the
+// router's peers known (the default view has no engine metrics, so the
+// strategy assumes peers: a new prefix goes to its rendezvous home while
+// its pending prefill is within ColdSlack of the least).
 func TestPrefixLoad(t *testing.T) {
 	const n = 6
-	keys := Keys{Leading: 777, Blocks: []uint64{11, 12, 13, 14}}
+	keys := Keys{Leading: 777, Blocks: []uint64{11, 12, 13, 14}, LeadingBlocks: 1}
 	rank := ranked(keys.Leading, replicas(n))
 	tests := []struct {
 		name  string
@@ -35,6 +39,9 @@ func TestPrefixLoad(t *testing.T) {
 			rs[rank[1]].Index.Insert(keys.Blocks)
 			rs[rank[5]].Index.Insert(keys.Blocks)
 		}, want: []int{rank[1]}},
+		{name: "a leading-run match this router did not place by load stays", setup: func(rs []Replica) {
+			rs[rank[2]].Index.Insert(keys.Blocks[:1])
+		}, want: []int{rank[2]}},
 		{name: "match below MinMatchBlocks is cold", opts: Options{MinMatchBlocks: 3}, setup: func(rs []Replica) {
 			rs[rank[2]].Index.Insert(keys.Blocks[:2])
 		}, want: []int{rank[0]}},
@@ -65,7 +72,7 @@ func TestPrefixLoad(t *testing.T) {
 		{name: "unavailable match is skipped", setup: func(rs []Replica) {
 			rs[rank[2]].Index.Insert(keys.Blocks)
 			rs[rank[2]].Unavailable = true
-			rs[rank[3]].Index.Insert(keys.Blocks[:1])
+			rs[rank[3]].Index.Insert(keys.Blocks[:2])
 		}, want: []int{rank[3]}},
 		{name: "KV-saturated match is skipped", setup: func(rs []Replica) {
 			rs[rank[2]].Index.Insert(keys.Blocks)
@@ -77,7 +84,7 @@ func TestPrefixLoad(t *testing.T) {
 			}
 			rs[rank[2]].Index.Insert(keys.Blocks)
 		}, want: []int{rank[2]}},
-		{name: "within the average, home keeps it (default)", setup: func(rs []Replica) {
+		{name: "within the average, home keeps it (peers)", setup: func(rs []Replica) {
 			for i := range rs {
 				rs[i].InFlight = 20
 			}
@@ -135,7 +142,7 @@ func TestPrefixLoad(t *testing.T) {
 			rs[rank[3]].InFlight, rs[rank[5]].InFlight = 1, 1
 			rs[rank[5]].KVUsage = 0.96
 		}, want: []int{rank[3]}},
-		{name: "blocks without a leading key still match", keys: &Keys{Blocks: keys.Blocks}, setup: func(rs []Replica) {
+		{name: "blocks without a leading key still match", keys: &Keys{Blocks: keys.Blocks, LeadingBlocks: 1}, setup: func(rs []Replica) {
 			rs[rank[4]].Index.Insert(keys.Blocks)
 		}, want: []int{rank[4]}},
 		{name: "nil indexes", setup: func(rs []Replica) {
@@ -172,7 +179,7 @@ func TestPrefixLoadBurst(t *testing.T) {
 		t.Run(fmt.Sprintf("c=%v slack=%d", o.BalanceFactor, o.LoadSlack), func(t *testing.T) {
 			s := mustStrategy(t, "prefix_load", opts)
 			rs := replicas(n)
-			keys := Keys{Leading: 99, Blocks: []uint64{1, 2, 3, 4, 5}}
+			keys := Keys{Leading: 99, Blocks: []uint64{1, 2, 3, 4, 5}, LeadingBlocks: 1}
 			homeIdx := ranked(keys.Leading, rs)[0]
 			for i := 1; i <= burst; i++ {
 				p := s.Pick(keys, rs)
@@ -208,8 +215,8 @@ func loads(rs []Replica) []int {
 // indexes and seeds over the same replica loads: cold prefixes, their
 // spills and their follow-ups land on the same replicas in both.
 func TestPrefixLoadInstancesAgree(t *testing.T) {
-	a := mustStrategy(t, "prefix_load", Options{Seed: 1})
-	b := mustStrategy(t, "prefix_load", Options{Seed: 2})
+	a := mustStrategy(t, "prefix_load", Options{Seed: 1, Peers: PeersSome})
+	b := mustStrategy(t, "prefix_load", Options{Seed: 2, Peers: PeersSome})
 	ra, rb := replicas(16), replicas(16)
 	for i := range ra {
 		ra[i].InFlight = i % 3
@@ -221,7 +228,7 @@ func TestPrefixLoadInstancesAgree(t *testing.T) {
 	picked := map[int]bool{}
 	spills := 0
 	for k := uint64(1); k <= 300; k++ {
-		keys := Keys{Leading: mix64(k), Blocks: []uint64{mix64(k + 1e6), mix64(k + 2e6)}}
+		keys := Keys{Leading: mix64(k), Blocks: []uint64{mix64(k + 1e6), mix64(k + 2e6)}, LeadingBlocks: 1}
 		pa, pb := a.Pick(keys, ra), b.Pick(keys, rb)
 		require.Equal(t, pa, pb, "key %d", k)
 		require.GreaterOrEqual(t, pa, 0, "key %d", k)
@@ -306,8 +313,10 @@ func BenchmarkPick8(b *testing.B)   { benchmarkPick(b, 8) }
 func BenchmarkPick64(b *testing.B)  { benchmarkPick(b, 64) }
 func BenchmarkPick512(b *testing.B) { benchmarkPick(b, 512) }
 
-// TestPrefixLoadColdSecondChoice proves a cold prefix goes home unless the
-// second-ranked replica is less loaded, and never further down the ranking.
+// TestPrefixLoadColdSecondChoice proves the earlier releases' cold rules:
+// with cold_choices 2 a cold prefix goes home unless the second-ranked
+// replica is less loaded, and never further down the ranking; 1 always
+// home; 3 the least loaded, ties to the home.
 func TestPrefixLoadColdSecondChoice(t *testing.T) {
 	s, err := NewStrategy("prefix_load", Options{ColdChoices: 2})
 	require.NoError(t, err)
@@ -331,9 +340,12 @@ func TestPrefixLoadColdSecondChoice(t *testing.T) {
 	assert.Equal(t, rank[0], s.Pick(keys, rs), "second choice busier: home")
 
 	rs[rank[1]].InFlight = 0
-	home, err := NewStrategy("prefix_load", Options{})
+	home, err := NewStrategy("prefix_load", Options{ColdChoices: 1})
 	require.NoError(t, err)
-	assert.Equal(t, rank[0], home.Pick(keys, rs), "default (cold_choices 1): always home")
+	assert.Equal(t, rank[0], home.Pick(keys, rs), "cold_choices 1: always home")
+	rs[rank[2]].PendingPrefill = 0
+	rs[rank[0]].PendingPrefill = 1 << 20
+	assert.Equal(t, rank[0], home.Pick(keys, rs), "cold_choices 1: home whatever its pending prefill")
 
 	all, err := NewStrategy("prefix_load", Options{ColdChoices: 3})
 	require.NoError(t, err)

@@ -107,7 +107,7 @@ func (o *streamOptions) UnmarshalJSON(data []byte) error {
 }
 
 // rawField keeps a field's raw JSON, treating null as absent. Tools are
-// hashed into the leading key as the client sent them.
+// kept so, and hashed into the leading key in a canonical form (tools.go).
 type rawField []byte
 
 func (r *rawField) UnmarshalJSON(data []byte) error {
@@ -125,8 +125,11 @@ type commonBody struct {
 	Stream        jsonBool      `json:"stream"`
 	StreamOptions streamOptions `json:"stream_options"`
 	CacheSalt     jsonText      `json:"cache_salt"`
-	Tools         rawField      `json:"tools"`
-	Functions     rawField      `json:"functions"` // legacy chat field; part of the tools
+	// PromptCacheKey is OpenAI's cache routing hint: llm_route takes it as
+	// a session identity when no session header is sent.
+	PromptCacheKey jsonText `json:"prompt_cache_key"`
+	Tools          rawField `json:"tools"`
+	Functions      rawField `json:"functions"` // legacy chat field; part of the tools
 }
 
 // chatBody is a /v1/chat/completions body. Messages that is not an array of
@@ -300,6 +303,30 @@ type responsesBody struct {
 	commonBody
 	Instructions jsonText       `json:"instructions"`
 	Input        []responseItem `json:"input"`
+	// PreviousResponseID and Conversation name server-side state that
+	// lives on the replica that made it.
+	PreviousResponseID jsonText     `json:"previous_response_id"`
+	Conversation       conversation `json:"conversation"`
+}
+
+// conversation is the Responses API's conversation field: an id string or
+// an object with an id.
+type conversation struct{ id string }
+
+// UnmarshalJSON reads either form; anything else is no conversation.
+func (c *conversation) UnmarshalJSON(b []byte) error {
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		c.id = s
+		return nil
+	}
+	var o struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(b, &o) == nil {
+		c.id = o.ID
+	}
+	return nil
 }
 
 // responsesText is the second look at a body whose input is not an array.

@@ -2,27 +2,30 @@ package policies
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
 // Default strategy knobs.
 const (
 	// DefaultBalanceFactor is the CHWBL balance factor c. HAProxy's
-	// hash-balance-factor 125 is 1.25; with the absolute slack and the
-	// second-choice cold path, 1.5 kept hot prefixes together longer at no
-	// cost in tail latency in the simulator (lab/experiments/results/variants.json).
+	// hash-balance-factor 125 is 1.25; with the absolute slack, 1.5 kept
+	// hot prefixes together longer at no cost in tail latency in the
+	// simulator (git show 1df7135:lab/experiments/results/variants.md).
 	DefaultBalanceFactor = 1.5
 	// DefaultLoadSlack is the absolute slack added to the CHWBL bound.
 	DefaultLoadSlack = 2
 	// DefaultMinMatchBlocks is the shortest resident prefix that counts.
 	DefaultMinMatchBlocks = 1
-	// DefaultColdChoices is how many rendezvous-ranked replicas a cold
-	// prefix may land on: 1, its home, so that router instances that see
-	// different loads still agree. In the simulator (residency.json,
-	// routers) this keeps prefix_load's hit rate flat from 1 to 8 routers
-	// (shared_prefix 0.90-0.91), where 3 falls from 0.91 to 0.54; 3 is the
-	// better choice for a single router (variants.json).
-	DefaultColdChoices = 1
+	// DefaultColdSlack is, with peers, how much more pending prefill than
+	// the least-loaded candidate a new prefix's rendezvous home may have,
+	// as a fraction of the new prefix's own prompt, for the prefix to go
+	// home anyway: 0.5, so that going home never delays a first token by
+	// more than half the prefill it needs anyway. With prompts of one size
+	// that is "home unless it has more prefill queued than the least";
+	// larger fractions make instances agree on more first placements and
+	// queue traffic that shares nothing behind itself (variants.md).
+	DefaultColdSlack = 0.5
 	// DefaultColdBalanceFactor is the balance factor of the looser bound a
 	// cold prefix's home must be within. A new prefix's placement is
 	// where every later request of it goes, from every router instance,
@@ -32,9 +35,10 @@ const (
 	// 64 and 1 of 256, with hit rates within 0.005. Through two caddy
 	// processes at 16 requests in flight each (bursty, a few per replica)
 	// 2 still disagreed on 0-1.5%, 3 on none in ten runs (also at 48 in
-	// flight each; integration/multiinstance_test.go). The price is paid
-	// by traffic that shares nothing: no_shared_prefix TTFT p99 674 ->
-	// 794-797 ms with one router, where ColdChoices 3 is the setting to use.
+	// flight each; integration/multiinstance_test.go). Since a new prefix
+	// is placed by pending prefill (ColdChoices 0), the cold bound only
+	// limits where a returning prefix's rendezvous home may be, and where
+	// cold_choices 1 sends every cold prefix.
 	DefaultColdBalanceFactor = 3.0
 )
 
@@ -56,15 +60,35 @@ type Options struct {
 	// that prefix_load follows; shorter matches count as cold. 0 selects
 	// DefaultMinMatchBlocks.
 	MinMatchBlocks int
-	// ColdChoices is how many of its highest-ranked replicas a cold prefix
-	// may go to: 1 always sends it home, so that router instances that see
-	// different loads still pick the same replica; 2 sends it to the second
-	// when that one is less loaded, which keeps two cold prefills that
-	// share a home from queueing behind each other;
-	// 3 or more sends it to the least-loaded candidate (ties to the higher
-	// rank): the lowest tail latency for traffic that shares nothing, and
-	// the least agreement between instances. 0 selects DefaultColdChoices.
+	// ColdChoices selects prefix_load's cold rule. 0, the default, places
+	// a new prefix by pending prefill and remembers its home (see
+	// prefixLoad). 1, 2 and 3 are the rules of earlier releases, kept for
+	// comparison: 1 always sends a cold prefix to its rendezvous home
+	// within the cold bound (every instance agrees on every first
+	// placement, and traffic that shares nothing is hashed, not balanced:
+	// twice the TTFT p99 of round robin); 2 sends it to the second rank
+	// when that one is less loaded; 3 or more to the least-loaded
+	// candidate (ties to the higher rank), which with several instances
+	// scatters shared prompts.
 	ColdChoices int
+	// Peers says whether other router instances (or clients) send to the
+	// same replicas; PeersAuto, the default, infers it from the engines'
+	// metrics. With peers a prefix's home is its rendezvous home unless a
+	// Directory is shared.
+	Peers PeerMode
+	// ColdSlack is, with peers and no Directory, how much more pending
+	// prefill a new prefix's rendezvous home may have than the
+	// least-loaded candidate, as a fraction of the prefix's own prompt
+	// (Keys.Bytes), for it to go home anyway. Larger makes more instances
+	// agree on where a new prefix lives (its first requests hit where the
+	// others put it) and queues more traffic that shares nothing behind
+	// itself. 0 selects DefaultColdSlack; a negative value means none
+	// (home only when it has no more pending than the least).
+	ColdSlack float64
+	// Directory, when set, is a table of homes shared with the other
+	// router instances: a new prefix placed by load is claimed there, and
+	// every instance follows the claim. nil keeps homes local.
+	Directory Directory `json:"-"`
 	// ColdBalanceFactor is c in the bound a cold prefix's home must be
 	// within (ColdChoices 1): ceil(c*(total+1)/n) + LoadSlack. Past it the
 	// prefix goes to the highest-ranked replica within that bound. It is
@@ -102,10 +126,21 @@ func (o Options) WithDefaults() (Options, error) {
 		return o, fmt.Errorf("llmroute: cold balance factor %v is below 1", o.ColdBalanceFactor)
 	}
 	switch {
-	case o.ColdChoices <= 0:
-		o.ColdChoices = DefaultColdChoices
+	case o.ColdChoices < 0:
+		o.ColdChoices = 0
 	case o.ColdChoices > 3:
 		o.ColdChoices = 3
+	}
+	switch {
+	case o.ColdSlack == 0:
+		o.ColdSlack = DefaultColdSlack
+	case o.ColdSlack < 0:
+		o.ColdSlack = 0
+	case !(o.ColdSlack < math.Inf(1)): // NaN, +Inf
+		return o, fmt.Errorf("llmroute: cold slack %v is not a finite fraction", o.ColdSlack)
+	}
+	if o.Peers < PeersAuto || o.Peers > PeersSome {
+		return o, fmt.Errorf("llmroute: unknown peer mode %d", o.Peers)
 	}
 	return o, nil
 }
@@ -130,7 +165,7 @@ func NewStrategy(name string, opts Options) (Strategy, error) {
 	case "least_load":
 		return &leastLoad{seed: o.Seed}, nil
 	case "prefix_load":
-		return &prefixLoad{opts: o, least: leastLoad{seed: o.Seed}}, nil
+		return newPrefixLoad(o, nil), nil
 	}
 	return nil, fmt.Errorf("llmroute: unknown strategy %q (valid: %s)", name, strings.Join(StrategyNames, ", "))
 }

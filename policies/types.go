@@ -12,6 +12,12 @@ const (
 	EndpointCompletions
 	// EndpointResponses is /v1/responses.
 	EndpointResponses
+	// EndpointMessages is Anthropic's /v1/messages; it keys like the chat
+	// request with the same conversation (messages.go).
+	EndpointMessages
+	// EndpointCountTokens is Anthropic's /v1/messages/count_tokens: its
+	// model is read, it has no prefix (nothing is cached by counting).
+	EndpointCountTokens
 )
 
 // Keys are the prefix keys of one request.
@@ -26,6 +32,19 @@ type Keys struct {
 	// BlockBytes is the size in bytes of the rendering each block covers
 	// (ParseConfig.BlockSize); a Belief counts its capacity in these blocks.
 	BlockBytes int
+	// LeadingBlocks is how many of Blocks lie wholly within the leading
+	// run (the part Leading hashes: system/developer messages,
+	// instructions): a match no longer than it is a match of the shared
+	// prefix every request with this Leading key has.
+	LeadingBlocks int
+	// Bytes is the size of the whole canonical rendering
+	// (Request.PromptBytes), past the block cap too: the prefill a replica
+	// does for what it does not hold.
+	Bytes int
+
+	// end is where the chain stopped, so that an answer can extend it
+	// (NewAnswer).
+	end chainEnd
 }
 
 // Request is what the router needs to know of one request body.
@@ -35,8 +54,18 @@ type Request struct {
 	Stream       bool
 	IncludeUsage bool // stream_options.include_usage as the client sent it
 	CacheSalt    string
-	PromptBytes  int // bytes of the canonical rendering (before the block cap)
-	Keys         Keys
+	// PromptCacheKey is the body's prompt_cache_key ("" if none).
+	PromptCacheKey string
+	// PreviousResponseID and Conversation are a /v1/responses request's
+	// previous_response_id and conversation id ("" if none): state that
+	// lives on the replica that made it.
+	PreviousResponseID, Conversation string
+	// InputHasHistory is set when a /v1/responses input carries earlier
+	// turns (assistant messages, tool outputs): it can stand without the
+	// state previous_response_id names.
+	InputHasHistory bool
+	PromptBytes     int // bytes of the canonical rendering (before the block cap)
+	Keys            Keys
 	// NoPrefix is empty when Keys were computed, otherwise why not (for
 	// example "unsupported endpoint" or "messages is not an array"); such a
 	// request is routed by load alone.
@@ -68,6 +97,11 @@ type Replica struct {
 	// queued. They are the part of the in-flight count that delays a new
 	// request's first token, so Load counts them twice.
 	Prefilling int
+	// PendingPrefill is the prompt this router sent to the replica that is
+	// believed uncached and still awaiting its first byte, in blocks of the
+	// requests' size (Belief.Pending): the prefill work queued ahead of a
+	// new request, which sets its time to first token.
+	PendingPrefill int
 	// Index is the replica's residency index; nil means nothing believed.
 	Index *Index
 }

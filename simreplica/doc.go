@@ -3,12 +3,23 @@
 // It answers like vLLM's OpenAI server where llmroute can tell (streaming
 // format, usage with cached_tokens, Prometheus metric names, errors), and
 // lets tests inject faults per request (X-Sim-Fault header) or globally
-// (flag, SetFault, POST /sim/fault).
+// (flag, SetFault, POST /sim/fault). Every API renders its conversation
+// with one chat template, so one conversation shares the cache whichever
+// API carries it.
 //
 // Endpoints:
 //
 //	POST /v1/chat/completions   chat (stream or not)
 //	POST /v1/completions        completions (stream or not)
+//	POST /v1/messages           Anthropic Messages (JSON, or SSE from
+//	                            message_start to message_stop), usage with
+//	                            cache_read_input_tokens; Anthropic errors
+//	POST /v1/messages/count_tokens  {"input_tokens": n}
+//	POST /v1/responses          OpenAI Responses (JSON or SSE), resp_ ids;
+//	                            previous_response_id and conversation
+//	                            continue state kept on this replica
+//	                            (bounded; an unknown id gets 404
+//	                            previous_response_not_found)
 //	GET  /v1/models             the configured model
 //	GET  /health                200 "ok"; 503 during a restart's down time
 //	GET  /metrics               Prometheus text, vLLM metric names

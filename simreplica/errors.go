@@ -65,3 +65,87 @@ func writeFaultStatus(w http.ResponseWriter, status, retryAfter int) {
 		writeError(w, status, errServer, "simulated internal server error", "", "")
 	}
 }
+
+// anthropicError is Anthropic's error envelope:
+// {"type":"error","error":{"type":"...","message":"..."}}.
+type anthropicError struct {
+	Type  string `json:"type"`
+	Error struct {
+		Type    string `json:"type"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// anthropicErrorType is Anthropic's error type for an HTTP status.
+func anthropicErrorType(status int) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "authentication_error"
+	case status == http.StatusForbidden:
+		return "permission_error"
+	case status == http.StatusNotFound:
+		return "not_found_error"
+	case status == http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case status == http.StatusServiceUnavailable || status == 529:
+		return "overloaded_error"
+	case status >= 500:
+		return "api_error"
+	}
+	return "invalid_request_error"
+}
+
+// writeAnthropicError writes an Anthropic-style JSON error.
+func writeAnthropicError(w http.ResponseWriter, status int, msg string) {
+	var body anthropicError
+	body.Type = "error"
+	body.Error.Type = anthropicErrorType(status)
+	body.Error.Message = msg
+	b, _ := json.Marshal(body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// anthropic reports whether k's clients parse Anthropic's error shape.
+func (k apiKind) anthropic() bool { return k == apiMessages || k == apiCountTokens }
+
+// writeError writes an error in k's shape: Anthropic's on its endpoints,
+// OpenAI's (with type, param and code) elsewhere.
+func (k apiKind) writeError(w http.ResponseWriter, status int, typ, msg, param, code string) {
+	if k.anthropic() {
+		writeAnthropicError(w, status, msg)
+		return
+	}
+	writeError(w, status, typ, msg, param, code)
+}
+
+// writeBadRequest writes a 400 for err in k's shape.
+func (k apiKind) writeBadRequest(w http.ResponseWriter, err error) {
+	if k.anthropic() {
+		writeAnthropicError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeBadRequest(w, err)
+}
+
+// writeFaultStatus answers with an injected 429, 500 or 503 in k's shape.
+func (k apiKind) writeFaultStatus(w http.ResponseWriter, status, retryAfter int) {
+	if !k.anthropic() {
+		writeFaultStatus(w, status, retryAfter)
+		return
+	}
+	switch status {
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+		writeAnthropicError(w, status, "simulated rate limit: too many requests")
+	case http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+		writeAnthropicError(w, status, "simulated overload: service unavailable")
+	default:
+		writeAnthropicError(w, status, "simulated internal server error")
+	}
+}

@@ -33,56 +33,44 @@ func (s *Server) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// handleGenerate serves POST /v1/chat/completions and /v1/completions:
-// faults first, then parsing, then the engine.
+// handleGenerate serves POST /v1/chat/completions, /v1/completions,
+// /v1/messages and /v1/responses: faults first, then parsing, then the
+// engine. Errors come in the shape of the request's API.
 func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, kind apiKind) {
-	if !allow(w, r, http.MethodPost) {
-		return
-	}
-	s.counts.receive(r.Header.Get("X-Request-Id"))
-	f, err := requestFault(r, s.currentFault(), s.cfg.RetryAfter, s.cfg.Stall)
-	if err != nil {
-		s.counts.inc(cntRejected)
-		writeBadRequest(w, err)
-		return
-	}
-	if s.isDown(time.Now()) {
-		s.counts.inc(cntFaulted)
-		w.Header().Set("Retry-After", strconv.Itoa(s.cfg.RetryAfter))
-		writeError(w, http.StatusServiceUnavailable, errUnavailable, "replica is restarting", "", "")
-		return
-	}
-	if f.Refuse {
-		s.counts.inc(cntCut)
-		closeConn(w)
-		return
-	}
-	if f.Status != 0 {
-		s.counts.inc(cntFaulted)
-		writeFaultStatus(w, f.Status, f.RetryAfter)
-		return
-	}
-
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		s.counts.inc(cntRejected)
-		writeBadRequest(w, bad("", "reading request body: %v", err))
+	body, f, ok := s.prelude(w, r, kind)
+	if !ok {
 		return
 	}
 	parse, promptParam := parseChat, "messages"
-	if kind == apiCompletions {
+	switch kind {
+	case apiCompletions:
 		parse, promptParam = parseCompletions, "prompt"
+	case apiMessages:
+		parse = parseMessages
+	case apiResponses:
+		parse, promptParam = parseResponses, "input"
 	}
 	g, err := parse(body)
 	if err != nil {
 		s.counts.inc(cntRejected)
-		writeBadRequest(w, err)
+		kind.writeBadRequest(w, err)
 		return
+	}
+	if kind == apiResponses {
+		hist, ok := s.responses.history(g)
+		if !ok {
+			s.counts.inc(cntRejected)
+			writeNoPrevious(w, g.previousID)
+			return
+		}
+		if hist != nil {
+			g.promptTokens = append(append([]uint32(nil), hist...), simengine.Tokenize(g.prompt)...)
+		}
 	}
 	req, err := s.engineRequest(r, g, kind, promptParam)
 	if err != nil {
 		s.counts.inc(cntRejected)
-		writeBadRequest(w, err)
+		kind.writeBadRequest(w, err)
 		return
 	}
 
@@ -100,24 +88,76 @@ func (s *Server) handleGenerate(w http.ResponseWriter, r *http.Request, kind api
 	sub, err := s.drv.submit(req)
 	if err != nil {
 		s.counts.inc(cntRejected)
-		writeBadRequest(w, err)
+		kind.writeBadRequest(w, err)
 		return
 	}
 	gen := &generation{
 		s: s, w: w, rc: http.NewResponseController(w), ctx: r.Context(),
-		req: g, id: req.ID, sub: sub, fault: f,
+		req: g, id: req.ID, sub: sub, fault: f, prompt: req.Prompt,
 		created: time.Now().Unix(),
 	}
-	if kind == apiChat {
-		gen.respID = fmt.Sprintf("chatcmpl-%016x", rand.Uint64())
-	} else {
-		gen.respID = fmt.Sprintf("cmpl-%016x", rand.Uint64())
+	switch kind {
+	case apiChat:
+		gen.format, gen.respID = openaiFormat{}, fmt.Sprintf("chatcmpl-%016x", rand.Uint64())
+	case apiCompletions:
+		gen.format, gen.respID = openaiFormat{}, fmt.Sprintf("cmpl-%016x", rand.Uint64())
+	case apiMessages:
+		gen.format, gen.respID = anthropicFormat{}, fmt.Sprintf("msg_%016x%08x", rand.Uint64(), rand.Uint32())
+	case apiResponses:
+		n := s.nextResp.Add(1)
+		gen.format = responsesFormat{}
+		gen.respID = fmt.Sprintf("resp_%s%012x", s.idPrefix, n)
+		gen.itemID = fmt.Sprintf("msg_%s%012x", s.idPrefix, n)
 	}
 	if g.stream {
 		gen.stream()
 	} else {
 		gen.respond()
 	}
+}
+
+// prelude runs what every inference request goes through before its body
+// is parsed: the method, the request counters, the faults and the down
+// time of a restart, then the bounded body read. It answers the request
+// itself (in kind's error shape) and returns false when the request ends
+// there.
+func (s *Server) prelude(w http.ResponseWriter, r *http.Request, kind apiKind) ([]byte, Fault, bool) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		kind.writeError(w, http.StatusMethodNotAllowed, errInvalidRequest,
+			fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path), "", "method_not_allowed")
+		return nil, NoFault, false
+	}
+	s.counts.receive(r.Header.Get("X-Request-Id"))
+	f, err := requestFault(r, s.currentFault(), s.cfg.RetryAfter, s.cfg.Stall)
+	if err != nil {
+		s.counts.inc(cntRejected)
+		kind.writeBadRequest(w, err)
+		return nil, f, false
+	}
+	if s.isDown(time.Now()) {
+		s.counts.inc(cntFaulted)
+		w.Header().Set("Retry-After", strconv.Itoa(s.cfg.RetryAfter))
+		kind.writeError(w, http.StatusServiceUnavailable, errUnavailable, "replica is restarting", "", "")
+		return nil, f, false
+	}
+	if f.Refuse {
+		s.counts.inc(cntCut)
+		closeConn(w)
+		return nil, f, false
+	}
+	if f.Status != 0 {
+		s.counts.inc(cntFaulted)
+		kind.writeFaultStatus(w, f.Status, f.RetryAfter)
+		return nil, f, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		s.counts.inc(cntRejected)
+		kind.writeBadRequest(w, bad("", "reading request body: %v", err))
+		return nil, f, false
+	}
+	return body, f, true
 }
 
 // engineRequest turns a parsed body into an engine request: the prompt
@@ -162,8 +202,32 @@ type generation struct {
 	id      uint64
 	sub     *subscription
 	fault   Fault
+	format  answerFormat
 	respID  string
 	created int64
+	prompt  []uint32 // the prompt's tokens
+
+	// For the Responses API: the output item's id, the next event's
+	// sequence number, and the answer so far (text and tokens).
+	itemID string
+	seq    int
+	text   strings.Builder
+	out    []uint32
+}
+
+// answerFormat writes one API's answers: the events of a stream around its
+// tokens, or the whole JSON answer.
+type answerFormat interface {
+	// open writes what precedes the first token; cached is the prompt
+	// tokens the cache served.
+	open(g *generation, cached int) error
+	// token writes one token's text; fin is the finished event when the
+	// token is the last one, else nil.
+	token(g *generation, text string, fin *simengine.Event) error
+	// close writes what follows the last token.
+	close(g *generation, ev simengine.Event) error
+	// whole is the JSON answer of a request that is not streamed.
+	whole(g *generation, text string, ev simengine.Event) any
 }
 
 // next waits for events. It returns them with aborted set when a restart
@@ -204,7 +268,13 @@ func (g *generation) abortedByServer(started bool) {
 		panic(http.ErrAbortHandler)
 	}
 	g.w.Header().Set("Retry-After", strconv.Itoa(g.s.cfg.RetryAfter))
-	writeError(g.w, http.StatusServiceUnavailable, errUnavailable, "replica restarted; request aborted", "", "")
+	g.req.kind.writeError(g.w, http.StatusServiceUnavailable, errUnavailable, "replica restarted; request aborted", "", "")
+}
+
+// recordResponse remembers a finished /v1/responses answer on this
+// replica, for follow-ups that name it.
+func (g *generation) recordResponse() {
+	g.s.responses.record(g.req, g.respID, g.prompt, g.out)
 }
 
 // tokenText is the text of a generated token.
@@ -233,6 +303,28 @@ func (g *generation) writeChunk(v any) error {
 	return g.writeEvent(b)
 }
 
+// writeNamed writes one SSE event with an event name (Anthropic's and the
+// Responses API's streams) and flushes it.
+func (g *generation) writeNamed(event string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 0, len(b)+len(event)+16)
+	buf = append(buf, "event: "...)
+	buf = append(buf, event...)
+	buf = append(buf, "\ndata: "...)
+	buf = append(buf, b...)
+	buf = append(buf, "\n\n"...)
+	if _, err := g.w.Write(buf); err != nil {
+		return err
+	}
+	return g.rc.Flush()
+}
+
+// openaiFormat writes chat and completions answers.
+type openaiFormat struct{}
+
 // chunk builds a streaming chunk; for chat, delta is the choice's delta.
 func (g *generation) chunk(text string, delta *chatMessage, finish *string) apiResponse {
 	if g.req.kind == apiChat {
@@ -246,9 +338,57 @@ func (g *generation) chunk(text string, delta *chatMessage, finish *string) apiR
 		Choices: []textChoice{{Index: 0, Text: text, FinishReason: finish}}}
 }
 
-// stream answers with server-sent events: for chat a role chunk, then one
-// chunk per token (the last one with finish_reason), an optional usage
-// chunk, and [DONE]. Headers go out with the first token.
+// open writes chat's role chunk.
+func (openaiFormat) open(g *generation, _ int) error {
+	if g.req.kind != apiChat {
+		return nil
+	}
+	empty := ""
+	return g.writeChunk(g.chunk("", &chatMessage{Role: "assistant", Content: &empty}, nil))
+}
+
+// token writes one chunk, the last one with its finish_reason.
+func (openaiFormat) token(g *generation, text string, fin *simengine.Event) error {
+	var finish *string
+	if fin != nil {
+		finish = strPtr(fin.Reason.String())
+	}
+	return g.writeChunk(g.chunk(text, nil, finish))
+}
+
+// close writes the usage chunk when asked for, and [DONE].
+func (openaiFormat) close(g *generation, ev simengine.Event) error {
+	if g.req.includeUsage {
+		u := g.chunk("", nil, nil)
+		if g.req.kind == apiChat {
+			u.Choices = []chatChoice{}
+		} else {
+			u.Choices = []textChoice{}
+		}
+		u.Usage = toAPIUsage(ev.Usage)
+		if err := g.writeChunk(u); err != nil {
+			return err
+		}
+	}
+	return g.writeEvent([]byte("[DONE]"))
+}
+
+func (openaiFormat) whole(g *generation, text string, ev simengine.Event) any {
+	reason := strPtr(ev.Reason.String())
+	resp := apiResponse{ID: g.respID, Created: g.created, Model: g.req.model, Usage: toAPIUsage(ev.Usage)}
+	if g.req.kind == apiChat {
+		resp.Object = "chat.completion"
+		resp.Choices = []chatChoice{{Index: 0, Message: &chatMessage{Role: "assistant", Content: &text}, FinishReason: reason}}
+	} else {
+		resp.Object = "text_completion"
+		resp.Choices = []textChoice{{Index: 0, Text: text, FinishReason: reason}}
+	}
+	return resp
+}
+
+// stream answers with server-sent events in the request's format: what
+// opens the stream, one event per token, what closes it. Headers go out
+// with the first token.
 func (g *generation) stream() {
 	started, chunks := false, 0
 	for {
@@ -270,20 +410,19 @@ func (g *generation) stream() {
 					h.Set("Cache-Control", "no-cache")
 					h.Set("X-Accel-Buffering", "no")
 					g.w.WriteHeader(http.StatusOK)
-					if g.req.kind == apiChat {
-						empty := ""
-						role := g.chunk("", &chatMessage{Role: "assistant", Content: &empty}, nil)
-						if err := g.writeChunk(role); err != nil {
-							g.gone()
-							return
-						}
+					if err := g.format.open(g, ev.CachedTokens); err != nil {
+						g.gone()
+						return
 					}
 				}
-				var finish *string
+				var fin *simengine.Event
 				if i+1 < len(evs) && evs[i+1].Kind == simengine.EventFinished {
-					finish = strPtr(evs[i+1].Reason.String())
+					fin = &evs[i+1]
 				}
-				if err := g.writeChunk(g.chunk(tokenText(ev.Token), nil, finish)); err != nil {
+				if g.req.kind == apiResponses {
+					g.out = append(g.out, ev.Token)
+				}
+				if err := g.format.token(g, tokenText(ev.Token), fin); err != nil {
 					g.gone()
 					return
 				}
@@ -291,7 +430,7 @@ func (g *generation) stream() {
 				if g.fault.CutAfter >= 0 && chunks >= g.fault.CutAfter {
 					g.cut()
 				}
-				if g.fault.Slow > 0 && finish == nil {
+				if g.fault.Slow > 0 && fin == nil {
 					if err := g.s.sleep(g.ctx, g.fault.Slow); err != nil {
 						if errors.Is(err, errClosing) {
 							g.abortedByServer(true)
@@ -302,20 +441,7 @@ func (g *generation) stream() {
 					}
 				}
 			case simengine.EventFinished:
-				if g.req.includeUsage {
-					u := g.chunk("", nil, nil)
-					if g.req.kind == apiChat {
-						u.Choices = []chatChoice{}
-					} else {
-						u.Choices = []textChoice{}
-					}
-					u.Usage = toAPIUsage(ev.Usage)
-					if err := g.writeChunk(u); err != nil {
-						g.gone()
-						return
-					}
-				}
-				if err := g.writeEvent([]byte("[DONE]")); err != nil {
+				if err := g.format.close(g, ev); err != nil {
 					g.gone()
 					return
 				}
@@ -343,6 +469,9 @@ func (g *generation) respond() {
 			switch ev.Kind {
 			case simengine.EventFirstToken, simengine.EventToken:
 				text.WriteString(tokenText(ev.Token))
+				if g.req.kind == apiResponses {
+					g.out = append(g.out, ev.Token)
+				}
 			case simengine.EventFinished:
 				g.finish(text.String(), ev)
 				return
@@ -364,15 +493,7 @@ func (g *generation) finish(text string, ev simengine.Event) {
 			return
 		}
 	}
-	reason := strPtr(ev.Reason.String())
-	resp := apiResponse{ID: g.respID, Created: g.created, Model: g.req.model, Usage: toAPIUsage(ev.Usage)}
-	if g.req.kind == apiChat {
-		resp.Object = "chat.completion"
-		resp.Choices = []chatChoice{{Index: 0, Message: &chatMessage{Role: "assistant", Content: &text}, FinishReason: reason}}
-	} else {
-		resp.Object = "text_completion"
-		resp.Choices = []textChoice{{Index: 0, Text: text, FinishReason: reason}}
-	}
+	resp := g.format.whole(g, text, ev)
 	if g.fault.CutAfter >= 0 {
 		// Promise the whole body, send part of it, and close.
 		g.s.counts.inc(cntCut)
@@ -385,6 +506,9 @@ func (g *generation) finish(text string, ev simengine.Event) {
 			_ = g.rc.Flush()
 		}
 		panic(http.ErrAbortHandler)
+	}
+	if g.req.kind == apiResponses {
+		g.recordResponse()
 	}
 	writeJSON(g.w, http.StatusOK, resp)
 	g.s.counts.inc(cntCompleted)

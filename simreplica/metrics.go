@@ -94,7 +94,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 // path label values.
 func pathLabel(p string) string {
 	switch p {
-	case pathChat, pathCompletions, pathModels, pathHealth, pathMetrics,
+	case pathChat, pathCompletions, pathMessages, pathCountTokens, pathResponses, pathModels, pathHealth, pathMetrics,
 		pathSimStats, pathSimStatsReset, pathSimRestart, pathSimFault, pathSimCached:
 		return p
 	}

@@ -10,12 +10,15 @@ import (
 	"github.com/llmroute/caddy-llmroute/simengine"
 )
 
-// apiKind says which OpenAI API a request is for.
+// apiKind says which API a request is for.
 type apiKind int
 
 const (
 	apiChat apiKind = iota + 1
 	apiCompletions
+	apiMessages    // Anthropic's /v1/messages (anthropic.go)
+	apiCountTokens // Anthropic's /v1/messages/count_tokens
+	apiResponses   // OpenAI's /v1/responses (responses.go)
 )
 
 // genRequest is what the server needs from a chat or completions body.
@@ -27,6 +30,11 @@ type genRequest struct {
 	maxTokens    int // 0: not given
 	prompt       string
 	promptTokens []uint32 // set when the prompt was given as token ids
+
+	// previousID and conversation are a /v1/responses body's
+	// previous_response_id and conversation id ("" for none).
+	previousID   string
+	conversation string
 }
 
 // badRequest is a client error with the OpenAI "param" it concerns.
@@ -101,7 +109,7 @@ func parseChat(body []byte) (*genRequest, error) {
 	if len(msgs) == 0 {
 		return nil, bad("messages", "messages must not be empty")
 	}
-	var b strings.Builder
+	turns := make([]turn, 0, len(msgs))
 	for i, m := range msgs {
 		if m.Role == "" {
 			return nil, bad("messages", "messages[%d].role is required", i)
@@ -110,11 +118,26 @@ func parseChat(body []byte) (*genRequest, error) {
 		if err != nil {
 			return nil, bad("messages", "messages[%d].content: %v", i, err)
 		}
-		b.WriteString("<|" + m.Role + "|>\n" + content + "\n")
+		turns = append(turns, turn{m.Role, content})
+	}
+	g.prompt = chatTemplate(turns)
+	return g, nil
+}
+
+// turn is one message as the chat template sees it.
+type turn struct{ role, content string }
+
+// chatTemplate renders turns with the chat template: "<|role|>\ncontent\n"
+// per message, then the generation prompt "<|assistant|>\n". Every API
+// renders through it, so that one conversation shares the cache whichever
+// API carried it.
+func chatTemplate(turns []turn) string {
+	var b strings.Builder
+	for _, t := range turns {
+		b.WriteString("<|" + t.role + "|>\n" + t.content + "\n")
 	}
 	b.WriteString("<|assistant|>\n")
-	g.prompt = b.String()
-	return g, nil
+	return b.String()
 }
 
 // renderContent renders a message content: a string, null, or an array of
@@ -142,7 +165,7 @@ func renderContent(raw json.RawMessage) (string, error) {
 	var b strings.Builder
 	for _, p := range parts {
 		switch p.Type {
-		case "text", "input_text":
+		case "text", "input_text", "output_text":
 			b.WriteString(p.Text)
 		case "":
 			return "", errors.New("content part without a type")

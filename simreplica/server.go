@@ -3,6 +3,7 @@ package simreplica
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -19,6 +20,9 @@ import (
 const (
 	pathChat          = "/v1/chat/completions"
 	pathCompletions   = "/v1/completions"
+	pathMessages      = "/v1/messages"
+	pathCountTokens   = "/v1/messages/count_tokens"
+	pathResponses     = "/v1/responses"
 	pathModels        = "/v1/models"
 	pathHealth        = "/health"
 	pathMetrics       = "/metrics"
@@ -38,6 +42,12 @@ type Server struct {
 	drv     *driver
 	nextID  atomic.Uint64
 	created int64 // unix seconds, for /v1/models
+
+	// responses is the state /v1/responses keeps here; its ids are
+	// "resp_" + idPrefix (random per server) + nextResp.
+	responses *responseStore
+	idPrefix  string
+	nextResp  atomic.Uint64
 
 	faultMu    sync.Mutex
 	fault      Fault
@@ -77,6 +87,9 @@ func New(cfg Config) (*Server, error) {
 		fault:   NoFault,
 		counts:  newRequestCounters(),
 		closing: make(chan struct{}),
+
+		responses: newResponseStore(maxStored),
+		idPrefix:  fmt.Sprintf("%016x", rand.Uint64()),
 	}
 	reg := prometheus.NewRegistry()
 	s.reqTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -257,6 +270,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.handleGenerate(w, r, apiChat)
 	case pathCompletions:
 		s.handleGenerate(w, r, apiCompletions)
+	case pathMessages:
+		s.handleGenerate(w, r, apiMessages)
+	case pathCountTokens:
+		s.handleCountTokens(w, r)
+	case pathResponses:
+		s.handleGenerate(w, r, apiResponses)
 	case pathModels:
 		if allow(w, r, http.MethodGet, http.MethodHead) {
 			s.handleModels(w)

@@ -20,6 +20,54 @@ type State struct {
 	Replicas      []Replica `json:"replicas"`
 	TotalInFlight int       `json:"total_in_flight"`
 	Queued        int       `json:"queued"`
+	// Tenants are the configured tenants (and any the queue still holds
+	// requests of), sorted by name.
+	Tenants []Tenant `json:"tenants,omitempty"`
+}
+
+// Tenant is one tenant's admission state: its effective settings, its
+// requests in flight and waiting, its place in the fair queue and its
+// budgets.
+type Tenant struct {
+	Name        string  `json:"name"`
+	Weight      float64 `json:"weight"`
+	Priority    string  `json:"priority"`
+	MaxInFlight int     `json:"max_in_flight,omitempty"`
+	// InFlight counts the tenant's admitted requests not yet ended, Queued
+	// those waiting for a slot.
+	InFlight int `json:"in_flight"`
+	Queued   int `json:"queued"`
+	// VirtualTokens is the tenant's virtual time in the fair queue: the
+	// tokens it was admitted for, divided by its weight.
+	VirtualTokens float64 `json:"virtual_tokens"`
+	// RequestsPerMinute and TokensPerMinute are the budgets (0: none);
+	// RequestsLeft and TokensLeft what is left of them now (negative after
+	// an overrun).
+	RequestsPerMinute int     `json:"requests_per_minute,omitempty"`
+	RequestsLeft      float64 `json:"requests_left,omitempty"`
+	TokensPerMinute   int     `json:"tokens_per_minute,omitempty"`
+	TokensLeft        float64 `json:"tokens_left,omitempty"`
+	// Reservations counts the budget reservations of requests not yet
+	// settled (one per request admitted past the budgets and not ended),
+	// ReservedTokens their token estimates.
+	Reservations   int     `json:"reservations"`
+	ReservedTokens float64 `json:"reserved_tokens"`
+	// TokensCharged is every token settled so far; EstimatedExcess what
+	// a request is estimated to use beyond its prompt (learned from usage).
+	TokensCharged   float64 `json:"tokens_charged"`
+	EstimatedExcess float64 `json:"estimated_excess_tokens"`
+	// Admitted counts the requests let through the budgets.
+	Admitted uint64 `json:"admitted"`
+}
+
+// Tenant returns name's entry, if any.
+func (s State) Tenant(name string) (Tenant, bool) {
+	for _, t := range s.Tenants {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tenant{}, false
 }
 
 // Replica is one replica's entry.
@@ -95,6 +143,7 @@ type Policy struct {
 	DialTimeoutFails  int           `json:"dial_timeout_fails"`
 	StatusFails       int           `json:"status_fails"`
 	EngineMetrics     bool          `json:"engine_metrics"`
+	SheddableShare    float64       `json:"sheddable_share"`
 }
 
 // Replica returns addr's entry, if any.
@@ -108,13 +157,19 @@ func (s State) Replica(addr string) (Replica, bool) {
 }
 
 // Idle reports whether no reservation is held, no probe is out and nothing
-// is queued: what every failure test asserts after its case.
+// is queued, per replica and per tenant (no tenant slot, no budget
+// reservation): what every failure test asserts after its case.
 func (s State) Idle() bool {
 	if s.TotalInFlight != 0 || s.Queued != 0 {
 		return false
 	}
 	for _, r := range s.Replicas {
 		if r.InFlight != 0 || r.Probing {
+			return false
+		}
+	}
+	for _, t := range s.Tenants {
+		if t.InFlight != 0 || t.Queued != 0 || t.Reservations != 0 {
 			return false
 		}
 	}

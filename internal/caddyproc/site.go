@@ -30,6 +30,9 @@ type SiteConfig struct {
 	NoUsage      bool   // leave request_usage off
 	// AllowPaths is llm_route's allow_paths.
 	AllowPaths []string
+	// Tenants are llm_route's tenant blocks, rendered as given (for
+	// example "tenant alice {\n\tkeys sk-alice\n\tweight 2\n}").
+	Tenants []string
 	// AccessLog turns on the site's access log (to caddy's log) with the
 	// credential filter of Caddyfile.example.
 	AccessLog bool
@@ -48,6 +51,8 @@ type SiteConfig struct {
 	ColdBalanceFactor float64
 	// SlowStart, when set, is the policy's slow_start ramp.
 	SlowStart time.Duration
+	// SheddableShare is sheddable_share; 0 keeps the default.
+	SheddableShare float64
 
 	// Retries is lb_retries; NoRetryMatch leaves out the lb_retry_match
 	// rules (429/503 and transport errors).
@@ -124,6 +129,9 @@ http://{{.ListenAddr}} {
 {{- if not .NoUsage}}
 		request_usage
 {{- end}}
+{{- range .Tenants}}
+		{{indent 2 .}}
+{{- end}}
 	}
 	reverse_proxy {{join .Upstreams " "}} {
 {{- if .Dynamic}}
@@ -149,6 +157,9 @@ http://{{.ListenAddr}} {
 {{- end}}
 {{- if .SlowStart}}
 			slow_start {{.SlowStart}}
+{{- end}}
+{{- if .SheddableShare}}
+			sheddable_share {{.SheddableShare}}
 {{- end}}
 		}
 {{- if .Retries}}

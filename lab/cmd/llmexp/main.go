@@ -7,7 +7,9 @@
 //	go run ./cmd/llmexp shared_prefix  # one workload at the standard point
 //	go run ./cmd/llmexp sweep          # KV sweep, load sweep, scale run
 //	go run ./cmd/llmexp residency      # the cache-residency analysis
-//	go run ./cmd/llmexp variants       # candidate changes to prefix_load
+//	go run ./cmd/llmexp variants       # candidate cold rules for prefix_load
+//	go run ./cmd/llmexp routers        # every workload with 2, 4 and 8 routers, and the goals
+//	go run ./cmd/llmexp mixed_sweep    # mixed traffic from 0 to 100% unique documents
 //	go run ./cmd/llmexp e2e            # caddy + simulated replicas over loopback
 //	go run ./cmd/llmexp plots          # redraw plots and summary.md from the records
 //
@@ -23,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -42,7 +45,10 @@ commands:
   kv_sweep | load_sweep | scale
                       one of those
   residency           the cache-residency analysis: residency.json, residency.md, plots
-  variants            candidate changes to prefix_load at the standard point: variants.json, variants.md
+  variants            candidate cold rules for prefix_load, every workload, 1-8 routers, per seed: variants.json, variants.md
+  routers             every workload at the standard point with 2, 4 and 8 routers: routers.json, routers.md
+                      (with standard.json: goals.json, goals.md)
+  mixed_sweep         the mixed workload's unique share from 0 to 1, one and eight routers, per seed
   e2e                 real caddy + simulated replicas over loopback: e2e.json
   plots               redraw every plot and summary.md from the records
 
@@ -69,7 +75,9 @@ func run(args []string, logw io.Writer) error {
 		jobs  = fs.Int("j", 2, "simulations run at once")
 		out   = fs.String("out", "", "results directory (default experiments/results, or experiments/results-quick with -quick)")
 		caddy = fs.String("caddy", "../caddy", "caddy binary for e2e (built by ./xcaddy.sh build at the repository root)")
-		e2eS  = fs.Duration("e2e-duration", 0, "e2e: arrivals per policy for this long (default 12s, 5s with -quick)")
+		e2eS  = fs.Duration("e2e-duration", 0, "e2e: arrivals per run for this long (default 20s, 5s with -quick)")
+		e2eR  = fs.String("e2e-routers", "", "e2e: comma-separated caddy instance counts (default 1,4; 1,2 with -quick)")
+		e2eW  = fs.String("e2e-workloads", "", "e2e: comma-separated workloads (default shared_prefix,mixed,no_shared_prefix)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -90,6 +98,16 @@ func run(args []string, logw io.Writer) error {
 	defer func() { fmt.Fprintf(logw, "llmexp: done in %s\n", time.Since(start).Round(time.Second)) }()
 	e2eRun := func() error {
 		cfg := e2e.Config{Caddy: *caddy, Quick: *quick, Seed: *seed, Duration: *e2eS, Progress: logw, Commit: suite.GitCommit()}
+		for _, f := range strings.FieldsFunc(*e2eR, func(r rune) bool { return r == ',' }) {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 || n > 16 {
+				return fmt.Errorf("-e2e-routers: %q is not a count from 1 to 16", f)
+			}
+			cfg.Routers = append(cfg.Routers, n)
+		}
+		if *e2eW != "" {
+			cfg.Workloads = strings.Split(*e2eW, ",")
+		}
 		rec, err := e2e.Run(cfg)
 		if err != nil {
 			return err
@@ -111,7 +129,10 @@ func run(args []string, logw io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return suite.WriteStandard(dir, rec, nil)
+		if err := suite.WriteStandard(dir, rec, nil); err != nil {
+			return err
+		}
+		return suite.WriteGoalsFrom(dir)
 	case slices.Contains(workload.Kinds, cmd):
 		rec, err := suite.RunStandard(o, []string{cmd})
 		if err != nil {
@@ -144,6 +165,21 @@ func run(args []string, logw io.Writer) error {
 			return err
 		}
 		return suite.WriteVariants(dir, rec)
+	case cmd == "routers":
+		rec, err := suite.RunRouters(o)
+		if err != nil {
+			return err
+		}
+		if err := suite.WriteRouters(dir, rec); err != nil {
+			return err
+		}
+		return suite.WriteGoalsFrom(dir) // goals.md needs standard.json too
+	case cmd == "mixed_sweep":
+		rec, err := suite.RunMixedSweep(o)
+		if err != nil {
+			return err
+		}
+		return suite.WriteRouters(dir, rec)
 	case cmd == "residency":
 		rec, err := suite.RunResidency(o)
 		if err != nil {
@@ -156,7 +192,7 @@ func run(args []string, logw io.Writer) error {
 		return suite.Replot(dir)
 	default:
 		fs.Usage()
-		return fmt.Errorf("unknown command %q (valid: all, standard, %s, sweep, kv_sweep, load_sweep, scale, residency, variants, e2e, plots)",
+		return fmt.Errorf("unknown command %q (valid: all, standard, %s, sweep, kv_sweep, load_sweep, scale, residency, variants, routers, mixed_sweep, e2e, plots)",
 			cmd, strings.Join(workload.Kinds, ", "))
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -41,40 +42,86 @@ type Config struct {
 	Caddy string
 	Quick bool
 	Seed  uint64
-	// Duration is how long arrivals last per policy (default 12s, 5s
+	// Duration is how long arrivals last per run (default 20s, 5s
 	// quick).
 	Duration time.Duration
 	Progress io.Writer
 	Commit   string
-	// Policies to run (default: the module's four strategies).
-	Policies []string
+	// Policies to run (default: DefaultPolicies).
+	Policies []Policy
+	// Workloads to run (default: shared_prefix, mixed, no_shared_prefix).
+	Workloads []string
+	// Routers are the numbers of caddy instances to run each policy with
+	// (default 1 and 4; 1 and 2 quick). Traffic is split at random over
+	// the instances, which share nothing.
+	Routers []int
+}
+
+// Policy is one lb_policy llm configuration.
+type Policy struct {
+	// Name labels the runs.
+	Name     string `json:"name"`
+	Strategy string `json:"strategy"`
+	// Options are extra lines for the lb_policy block.
+	Options []string `json:"options,omitempty"`
+	// Sim is the simulator's equivalent.
+	Sim policies.Options `json:"-"`
+	// SharedHomes: the policy uses a homes directory, which the run
+	// starts (a Valkey or Redis server) and the simulator models as a
+	// shared table.
+	SharedHomes bool `json:"shared_homes,omitempty"`
+}
+
+// directoryPolicy is prefix_load with a homes directory, run when a
+// valkey-server or redis-server is installed.
+var directoryPolicy = Policy{Name: "prefix_load homes_directory", Strategy: "prefix_load", SharedHomes: true,
+	Options: []string{"homes_directory {DIRECTORY} {", "\tkey_prefix {RUN}:", "}"}}
+
+// DefaultPolicies are the module's four strategies with their defaults,
+// and prefix_load with the previous release's cold rule.
+var DefaultPolicies = []Policy{
+	{Name: "round_robin", Strategy: "round_robin"},
+	{Name: "least_load", Strategy: "least_load"},
+	{Name: "prefix_affinity", Strategy: "prefix_affinity"},
+	{Name: "prefix_load", Strategy: "prefix_load"},
+	{Name: "prefix_load cold_choices 1", Strategy: "prefix_load", Options: []string{"cold_choices 1"}, Sim: policies.Options{ColdChoices: 1}},
 }
 
 // Setup is the scenario, recorded with the results.
 type Setup struct {
-	Replicas      int             `json:"replicas"`
-	KVBlocks      int             `json:"kv_blocks"`
-	Cap           int             `json:"max_in_flight"`
-	Util          float64         `json:"util_of_cold_capacity"`
-	Workload      workload.Params `json:"workload"`
-	Requests      int             `json:"requests"`
-	DurationS     float64         `json:"duration_s"`
-	ClientTimeout float64         `json:"client_timeout_s"`
-	Caddyfile     string          `json:"caddyfile"`
-	Note          string          `json:"note"`
+	Replicas      int     `json:"replicas"`
+	KVBlocks      int     `json:"kv_blocks"`
+	Cap           int     `json:"max_in_flight"`
+	Util          float64 `json:"util_of_cold_capacity"`
+	DurationS     float64 `json:"duration_s"`
+	ClientTimeout float64 `json:"client_timeout_s"`
+	Caddyfile     string  `json:"caddyfile"`
+	Note          string  `json:"note"`
 }
 
 // Record is e2e.json.
 type Record struct {
-	Experiment string                   `json:"experiment"`
-	Commit     string                   `json:"commit"`
-	Seed       uint64                   `json:"seed"`
-	Quick      bool                     `json:"quick"`
-	Setup      Setup                    `json:"setup"`
-	Policies   map[string]*PolicyResult `json:"policies"`
-	// Sim is the simulator on the same scenario (same workload, replicas,
-	// cache size, cap, feedback and metrics), for comparison.
-	Sim map[string]*SimPoint `json:"sim"`
+	Experiment string   `json:"experiment"`
+	Commit     string   `json:"commit"`
+	Seed       uint64   `json:"seed"`
+	Quick      bool     `json:"quick"`
+	Setup      Setup    `json:"setup"`
+	Policies   []Policy `json:"policies"`
+	// Workloads are the scenarios' parameters.
+	Workloads map[string]workload.Params `json:"workloads"`
+	Runs      []Cell                     `json:"runs"`
+}
+
+// Cell is one policy on one workload through n caddy instances, measured by
+// the load generator, and the simulator on the same scenario (same
+// workload, replicas, cache size, cap, feedback, metrics and routers).
+type Cell struct {
+	Workload string        `json:"workload"`
+	Routers  int           `json:"routers"`
+	Policy   string        `json:"policy"`
+	Requests int           `json:"requests"`
+	Result   *PolicyResult `json:"result"`
+	Sim      *SimPoint     `json:"sim"`
 }
 
 // PolicyResult is what the load generator measured for one policy.
@@ -100,6 +147,7 @@ type SimPoint struct {
 	E2EP50Ms        float64 `json:"e2e_p50_ms"`
 	ThroughputTokS  float64 `json:"throughput_tok_s"`
 	MaxMinLoadRatio float64 `json:"max_min_load_ratio"`
+	Agreement       float64 `json:"cold_agreement,omitempty"`
 }
 
 const replicaHeader = "X-LLMRoute-Replica"
@@ -127,7 +175,7 @@ http://127.0.0.1:{PORT} {
 			queue_timeout 30s
 			engine_metrics /metrics {
 				interval 1s
-			}
+			}{OPTIONS}
 		}
 		flush_interval -1
 		transport http {
@@ -138,6 +186,24 @@ http://127.0.0.1:{PORT} {
 }
 `
 
+// workloadParams is the scaled-down scenario of each workload: 48 groups
+// of 1,024-token system prompts (3,072 blocks of working set: three times
+// one replica's cache, three quarters of all four), 64-token questions,
+// 32-token answers; mixed sends half its requests with a unique 1,024-token
+// document instead, no_shared_prefix all of them.
+func workloadParams(kind string, seed uint64) (workload.Params, error) {
+	p := workload.Params{Kind: kind, Requests: 1, Rate: 1, Groups: 48, SystemTokens: 1024,
+		QuestionTokens: 64, OutputTokens: 32, Seed: seed, Parse: policies.ParseConfig{Deployment: "e2e"}}
+	switch kind {
+	case workload.SharedPrefix, workload.NoSharedPrefix:
+	case workload.Mixed:
+		p.UniqueShare = 0.5
+	default:
+		return p, fmt.Errorf("e2e: no scenario for workload %q", kind)
+	}
+	return p, nil
+}
+
 // Run runs the end-to-end comparison.
 func Run(cfg Config) (*Record, error) {
 	if cfg.Progress == nil {
@@ -147,13 +213,25 @@ func Run(cfg Config) (*Record, error) {
 		cfg.Seed = 1
 	}
 	if cfg.Duration <= 0 {
-		cfg.Duration = 12 * time.Second
+		cfg.Duration = 20 * time.Second
 		if cfg.Quick {
 			cfg.Duration = 5 * time.Second
 		}
 	}
 	if len(cfg.Policies) == 0 {
-		cfg.Policies = policies.StrategyNames
+		cfg.Policies = DefaultPolicies
+		if storeBinary() != "" {
+			cfg.Policies = append(append([]Policy(nil), DefaultPolicies...), directoryPolicy)
+		}
+	}
+	if len(cfg.Workloads) == 0 {
+		cfg.Workloads = []string{workload.SharedPrefix, workload.Mixed, workload.NoSharedPrefix}
+	}
+	if len(cfg.Routers) == 0 {
+		cfg.Routers = []int{1, 4}
+		if cfg.Quick {
+			cfg.Routers = []int{1, 2}
+		}
 	}
 	caddyBin, err := filepath.Abs(cfg.Caddy)
 	if err != nil {
@@ -181,36 +259,15 @@ func Run(cfg Config) (*Record, error) {
 		return nil, fmt.Errorf("e2e: go build ./cmd/simreplica: %v\n%s", err, out)
 	}
 
-	// The scenario: a scaled-down shared prefix, two replicas whose caches
-	// each hold about half of the prefixes' working set plus the running
-	// requests' blocks.
-	setup := Setup{Replicas: 2, KVBlocks: 1024, Cap: 64, Util: 0.6, ClientTimeout: 60,
-		Note: "shared_prefix scaled down for wall-clock runs: 24 groups x 1024-token system prompts (1,536 blocks of working set: 1.5x one replica's cache, 0.75x both), 64-token questions, 32-token answers; 2 replicas of 1,024 KV blocks at engine speed 1."}
-	wp := workload.Params{Kind: workload.SharedPrefix, Requests: 1, Rate: 1, Groups: 24, SystemTokens: 1024,
-		QuestionTokens: 64, OutputTokens: 32, Seed: cfg.Seed, Parse: policies.ParseConfig{Deployment: "e2e"}}
+	setup := Setup{Replicas: 4, KVBlocks: 1024, Cap: 64, Util: 0.6, ClientTimeout: 60, DurationS: cfg.Duration.Seconds(),
+		Note: "Scaled down for wall-clock runs: 4 replicas of 1,024 KV blocks at engine speed 1; 48 groups x 1,024-token system prompts " +
+			"(3,072 blocks of working set: 3x one replica's cache, 0.75x all four), 64-token questions, 32-token answers; mixed: half the requests " +
+			"carry a unique 1,024-token document instead; no_shared_prefix: all of them. Several routers: that many caddy processes with the " +
+			"same Caddyfile, each request sent to one of them at random."}
 	ec := simengine.DefaultConfig()
 	ec.NumBlocks, ec.MaxModelLen = setup.KVBlocks, 0
-	probe, err := workload.Generate(wp)
-	if err != nil {
-		return nil, err
-	}
-	cold := 1 / (probe.MeanPromptTokens*ec.PrefillTokenCost.Seconds() + probe.MeanOutputTokens*(ec.SeqCost.Seconds()+ec.StepFixed.Seconds()/float64(setup.Cap)))
-	rate := setup.Util * cold * float64(setup.Replicas)
-	wp.Requests = max(int(rate*cfg.Duration.Seconds()), 1)
-	w, err := workload.Generate(wp)
-	if err != nil {
-		return nil, err
-	}
-	w.ScaleRate(rate)
-	setup.Workload, setup.Requests, setup.DurationS = w.Params, wp.Requests, cfg.Duration.Seconds()
-	arrivals := make([]Arrival, len(w.Sessions))
-	for i := range w.Sessions {
-		req, err := w.Request(i, 0)
-		if err != nil {
-			return nil, err
-		}
-		arrivals[i] = Arrival{At: w.Sessions[i].Arrival, Body: req.Body(w.Params.Model), OutputTokens: req.OutputTokens}
-	}
+	rec := &Record{Experiment: "e2e", Commit: cfg.Commit, Seed: cfg.Seed, Quick: cfg.Quick, Setup: setup,
+		Policies: cfg.Policies, Workloads: map[string]workload.Params{}}
 
 	var procs []*proc.Proc
 	defer func() {
@@ -218,6 +275,7 @@ func Run(cfg Config) (*Record, error) {
 			p.Stop(stopGrace)
 		}
 	}()
+	directory := "" // the homes directory's URL, once started
 	var upstreams []string
 	for i := range setup.Replicas {
 		addr, err := netx.FreeAddr()
@@ -233,71 +291,178 @@ func Run(cfg Config) (*Record, error) {
 		procs = append(procs, p)
 		upstreams = append(upstreams, addr)
 	}
+	replicas := procs[:len(upstreams):len(upstreams)]
 	for i, a := range upstreams {
-		if err := waitHTTP("http://"+a+"/health", 10*time.Second, procs[i]); err != nil {
+		if err := waitHTTP("http://"+a+"/health", 10*time.Second, replicas[i]); err != nil {
 			return nil, fmt.Errorf("e2e: replica %s: %w", a, err)
 		}
 	}
-	logf("replicas up at %s; %d requests over %s per policy at %.1f req/s", strings.Join(upstreams, ", "), len(arrivals), cfg.Duration, rate)
-
-	rec := &Record{Experiment: "e2e", Commit: cfg.Commit, Seed: cfg.Seed, Quick: cfg.Quick, Setup: setup,
-		Policies: map[string]*PolicyResult{}, Sim: map[string]*SimPoint{}}
 	for _, pol := range cfg.Policies {
-		for i, a := range upstreams {
-			// Start each policy from cold caches and zeroed counters.
-			if err := post("http://"+a+"/sim/restart", `{"down_ms":0}`); err != nil {
-				return nil, err
-			}
-			if err := waitHTTP("http://"+a+"/health", 5*time.Second, procs[i]); err != nil {
-				return nil, err
-			}
+		if !pol.SharedHomes || directory != "" {
+			continue
 		}
-		port, err := netx.FreeAddr()
+		bin := storeBinary()
+		if bin == "" {
+			return nil, fmt.Errorf("e2e: policy %q needs valkey-server or redis-server on PATH", pol.Name)
+		}
+		addr, err := netx.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
+		host, port, _ := net.SplitHostPort(addr)
+		cmd := exec.Command(bin, "--port", port, "--bind", host, "--save", "", "--appendonly", "no")
+		cmd.Stdout, cmd.Stderr = io.Discard, cfg.Progress
+		p, err := proc.Start(cmd, "")
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, p)
+		if err := waitTCP(addr, 10*time.Second, p); err != nil {
+			return nil, fmt.Errorf("e2e: %s: %w", bin, err)
+		}
+		directory = "redis://" + addr
+		logf("homes directory at %s (%s)", directory, filepath.Base(bin))
+	}
+
+	runs := 0
+	for _, kind := range cfg.Workloads {
+		wp, err := workloadParams(kind, cfg.Seed)
+		if err != nil {
+			return nil, err
+		}
+		probe, err := workload.Generate(wp)
+		if err != nil {
+			return nil, err
+		}
+		cold := 1 / (probe.MeanPromptTokens*ec.PrefillTokenCost.Seconds() + probe.MeanOutputTokens*(ec.SeqCost.Seconds()+ec.StepFixed.Seconds()/float64(setup.Cap)))
+		rate := setup.Util * cold * float64(setup.Replicas)
+		wp.Requests = max(int(rate*cfg.Duration.Seconds()), 1)
+		w, err := workload.Generate(wp)
+		if err != nil {
+			return nil, err
+		}
+		w.ScaleRate(rate)
+		rec.Workloads[kind] = w.Params
+		arrivals := make([]Arrival, len(w.Sessions))
+		for i := range w.Sessions {
+			req, err := w.Request(i, 0)
+			if err != nil {
+				return nil, err
+			}
+			arrivals[i] = Arrival{At: w.Sessions[i].Arrival, Body: req.Body(w.Params.Model), OutputTokens: req.OutputTokens}
+		}
+		logf("%s: %d requests over %s per run at %.1f req/s", kind, len(arrivals), cfg.Duration, rate)
+		for _, n := range cfg.Routers {
+			for _, pol := range cfg.Policies {
+				runs++
+				run, err := runOne(cfg, rec, tmp, caddyBin, upstreams, replicas, kind, n, pol, arrivals, w, ec, logf, &procs,
+					strings.NewReplacer("{DIRECTORY}", directory, "{RUN}", fmt.Sprintf("run%d", runs)))
+				if err != nil {
+					return nil, err
+				}
+				rec.Runs = append(rec.Runs, *run)
+			}
+		}
+	}
+	return rec, nil
+}
+
+// storeBinary returns a Valkey or Redis server on PATH, or "".
+func storeBinary() string {
+	for _, b := range []string{"valkey-server", "redis-server"} {
+		if p, err := exec.LookPath(b); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// runOne runs pol through n caddy instances on one workload's arrivals,
+// from cold replica caches, and the simulator on the same scenario.
+func runOne(cfg Config, rec *Record, tmp, caddyBin string, upstreams []string, replicas []*proc.Proc, kind string, n int, pol Policy,
+	arrivals []Arrival, w *workload.Workload, ec simengine.Config, logf func(string, ...any), procs *[]*proc.Proc, vars *strings.Replacer) (*Cell, error) {
+	for i, a := range upstreams {
+		// Start each run from cold caches and zeroed counters.
+		if err := post("http://"+a+"/sim/restart", `{"down_ms":0}`); err != nil {
+			return nil, err
+		}
+		if err := waitHTTP("http://"+a+"/health", 5*time.Second, replicas[i]); err != nil {
+			return nil, err
+		}
+	}
+	var opts strings.Builder
+	for _, o := range pol.Options {
+		opts.WriteString("\n\t\t\t" + vars.Replace(o))
+	}
+	var urls []string
+	var started []*proc.Proc
+	stop := func() {
+		for _, cp := range started {
+			cp.Stop(stopGrace)
+		}
+		*procs = (*procs)[:len(*procs)-len(started)]
+	}
+	for k := range n {
+		port, err := netx.FreeAddr()
+		if err != nil {
+			stop()
+			return nil, err
+		}
 		_, p, _ := net.SplitHostPort(port)
-		cf := strings.NewReplacer("{PORT}", p, "{UPSTREAMS}", strings.Join(upstreams, " "), "{STRATEGY}", pol,
-			"{CAP}", fmt.Sprint(setup.Cap)).Replace(caddyfileTmpl)
-		rec.Setup.Caddyfile = strings.ReplaceAll(strings.ReplaceAll(cf, upstreams[0], "REPLICA_A"), upstreams[1], "REPLICA_B")
-		cfPath := filepath.Join(tmp, "Caddyfile."+pol)
+		cf := strings.NewReplacer("{PORT}", p, "{UPSTREAMS}", strings.Join(upstreams, " "), "{STRATEGY}", pol.Strategy,
+			"{CAP}", fmt.Sprint(rec.Setup.Cap), "{OPTIONS}", opts.String()).Replace(caddyfileTmpl)
+		masked := cf
+		for i, u := range upstreams {
+			masked = strings.ReplaceAll(masked, u, fmt.Sprintf("REPLICA_%c", 'A'+i))
+		}
+		rec.Setup.Caddyfile = strings.ReplaceAll(masked, p, "PORT")
+		cfPath := filepath.Join(tmp, fmt.Sprintf("Caddyfile.%d", k))
 		if err := os.WriteFile(cfPath, []byte(cf), 0o644); err != nil {
+			stop()
 			return nil, err
 		}
 		cmd := exec.Command(caddyBin, "run", "--config", cfPath, "--adapter", "caddyfile")
 		cmd.Stdout, cmd.Stderr = io.Discard, cfg.Progress
 		cp, err := proc.Start(cmd, "")
 		if err != nil {
+			stop()
 			return nil, err
 		}
-		procs = append(procs, cp)
-		url := "http://127.0.0.1:" + p + "/v1/chat/completions"
+		started = append(started, cp)
+		*procs = append(*procs, cp)
 		if err := waitTCP("127.0.0.1:"+p, 15*time.Second, cp); err != nil {
-			return nil, fmt.Errorf("e2e: caddy (%s) did not listen: %w", pol, err)
+			stop()
+			return nil, fmt.Errorf("e2e: caddy (%s) did not listen: %w", pol.Name, err)
 		}
-		logf("%s: sending", pol)
-		ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+10*time.Second)
-		t0 := time.Now()
-		outs := Generate(ctx, url, arrivals, time.Duration(setup.ClientTimeout)*time.Second, replicaHeader)
-		cancel()
-		res := summarize(outs, time.Since(t0))
-		rec.Policies[pol] = res
-		logf("%s: %d ok, %d errors, %d incomplete, hit %.3f, ttft p50 %.1f p99 %.1f ms", pol, res.OK, res.Errors, res.Incomplete,
-			res.TokenHitRate, res.TTFT.P50, res.TTFT.P99)
-		cp.Stop(stopGrace)
-		procs = procs[:len(procs)-1]
-
-		// The simulator on the same scenario.
-		sc := sim.Config{Policy: pol, Replicas: setup.Replicas, Routers: 1, Seed: cfg.Seed, Engine: ec, Cap: setup.Cap,
-			EngineMetrics: true, SampleInterval: time.Second, Feedback: true}
-		sr, err := sim.Run(sc, w)
-		if err != nil {
-			return nil, err
-		}
-		rec.Sim[pol] = &SimPoint{TokenHitRate: sr.TokenHitRate, TTFTP50Ms: sr.TTFT.P50, TTFTP99Ms: sr.TTFT.P99,
-			E2EP50Ms: sr.E2E.P50, ThroughputTokS: sr.ThroughputTokS, MaxMinLoadRatio: sr.MaxMinLoadRatio}
+		urls = append(urls, "http://127.0.0.1:"+p+"/v1/chat/completions")
 	}
-	return rec, nil
+	// Each request goes to one instance at random (seeded: every policy
+	// sees the same split).
+	split := rand.New(rand.NewPCG(cfg.Seed, uint64(n)))
+	sent := make([]Arrival, len(arrivals))
+	for i, a := range arrivals {
+		a.URL = urls[split.IntN(n)]
+		sent[i] = a
+	}
+	logf("%s, %d router(s), %s: sending", kind, n, pol.Name)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+10*time.Second)
+	t0 := time.Now()
+	outs := Generate(ctx, "", sent, time.Duration(rec.Setup.ClientTimeout)*time.Second, replicaHeader)
+	cancel()
+	res := summarize(outs, time.Since(t0))
+	logf("%s, %d router(s), %s: %d ok, %d errors, %d incomplete, hit %.3f, ttft p50 %.1f p99 %.1f ms", kind, n, pol.Name, res.OK, res.Errors,
+		res.Incomplete, res.TokenHitRate, res.TTFT.P50, res.TTFT.P99)
+	stop()
+
+	sc := sim.Config{Policy: pol.Strategy, Replicas: rec.Setup.Replicas, Routers: n, Seed: cfg.Seed, Engine: ec, Cap: rec.Setup.Cap,
+		EngineMetrics: true, SampleInterval: time.Second, Feedback: true, IndexAnswers: true, Options: pol.Sim, SharedHomes: pol.SharedHomes}
+	sr, err := sim.Run(sc, w)
+	if err != nil {
+		return nil, err
+	}
+	return &Cell{Workload: kind, Routers: n, Policy: pol.Name, Requests: len(arrivals), Result: res,
+		Sim: &SimPoint{TokenHitRate: sr.TokenHitRate, TTFTP50Ms: sr.TTFT.P50, TTFTP99Ms: sr.TTFT.P99, E2EP50Ms: sr.E2E.P50,
+			ThroughputTokS: sr.ThroughputTokS, MaxMinLoadRatio: sr.MaxMinLoadRatio, Agreement: sr.Agreement}}, nil
 }
 
 // summarize turns outcomes into a PolicyResult.
@@ -375,19 +540,31 @@ func Write(jsonPath, mdPath string, rec *Record) error {
 		return err
 	}
 	var m strings.Builder
-	fmt.Fprintf(&m, "# End-to-end run: caddy + simulated replicas\n\nGenerated by `go -C lab run ./cmd/llmexp e2e`. Commit `%s`, seed %d%s. %s "+
-		"%d requests per policy, open-loop Poisson arrivals over %.0f s, streaming with include_usage.\n\n",
-		rec.Commit, rec.Seed, map[bool]string{true: " (quick)", false: ""}[rec.Quick], rec.Setup.Note, rec.Setup.Requests, rec.Setup.DurationS)
-	m.WriteString("| policy | ok | errors | incomplete | hit rate (sim) | TTFT p50 ms (sim) | TTFT p99 ms (sim) | e2e p50 ms (sim) | max/min load (sim) |\n")
-	m.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, p := range policies.StrategyNames {
-		r, s := rec.Policies[p], rec.Sim[p]
-		if r == nil || s == nil {
-			continue
+	fmt.Fprintf(&m, "# End-to-end runs: caddy + simulated replicas\n\nGenerated by `go -C lab run ./cmd/llmexp e2e`. Commit `%s`, seed %d%s. %s "+
+		"Open-loop Poisson arrivals over %.0f s per run at %.1f of cold capacity, streaming with include_usage; each run starts from cold replica caches. "+
+		"Figures in parentheses: the simulator on the same scenario.\n",
+		rec.Commit, rec.Seed, map[bool]string{true: " (quick)", false: ""}[rec.Quick], rec.Setup.Note, rec.Setup.DurationS, rec.Setup.Util)
+	var kinds []string
+	seen := map[string]bool{}
+	for _, r := range rec.Runs {
+		if !seen[r.Workload] {
+			seen[r.Workload] = true
+			kinds = append(kinds, r.Workload)
 		}
-		fmt.Fprintf(&m, "| %s | %d | %d | %d | %.3f (%.3f) | %.1f (%.1f) | %.1f (%.1f) | %.0f (%.0f) | %.2f (%.2f) |\n",
-			p, r.OK, r.Errors, r.Incomplete, r.TokenHitRate, s.TokenHitRate, r.TTFT.P50, s.TTFTP50Ms, r.TTFT.P99, s.TTFTP99Ms,
-			r.E2E.P50, s.E2EP50Ms, r.MaxMinLoadRatio, s.MaxMinLoadRatio)
+	}
+	for _, kind := range kinds {
+		fmt.Fprintf(&m, "\n## %s\n\n", kind)
+		m.WriteString("| routers | policy | requests | ok | errors | incomplete | hit rate (sim) | TTFT p50 ms (sim) | TTFT p99 ms (sim) | e2e p50 ms (sim) | max/min load (sim) |\n")
+		m.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, r := range rec.Runs {
+			if r.Workload != kind {
+				continue
+			}
+			p, s := r.Result, r.Sim
+			fmt.Fprintf(&m, "| %d | %s | %d | %d | %d | %d | %.3f (%.3f) | %.1f (%.1f) | %.1f (%.1f) | %.0f (%.0f) | %.2f (%.2f) |\n",
+				r.Routers, r.Policy, r.Requests, p.OK, p.Errors, p.Incomplete, p.TokenHitRate, s.TokenHitRate, p.TTFT.P50, s.TTFTP50Ms,
+				p.TTFT.P99, s.TTFTP99Ms, p.E2E.P50, s.E2EP50Ms, p.MaxMinLoadRatio, s.MaxMinLoadRatio)
+		}
 	}
 	return os.WriteFile(mdPath, []byte(m.String()), 0o644)
 }

@@ -77,6 +77,9 @@ type Arrival struct {
 	At           time.Duration
 	Body         []byte
 	OutputTokens int
+	// URL, when set, is where this request goes instead of Generate's url
+	// (one of several router instances).
+	URL string
 }
 
 // Generate sends every arrival at its time (open loop: a slow answer never
@@ -106,7 +109,11 @@ func Generate(ctx context.Context, url string, arrivals []Arrival, timeout time.
 		wg.Add(1)
 		go func(i int, a Arrival) {
 			defer wg.Done()
-			out[i] = send(context.Background(), client, url, a.Body, a.OutputTokens, replicaHeader)
+			u := url
+			if a.URL != "" {
+				u = a.URL
+			}
+			out[i] = send(context.Background(), client, u, a.Body, a.OutputTokens, replicaHeader)
 		}(i, a)
 	}
 	wg.Wait()

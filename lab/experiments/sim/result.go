@@ -64,6 +64,12 @@ type Result struct {
 	AgreementKeys int     `json:"agreement_keys,omitempty"`
 	Agreement     float64 `json:"cold_agreement,omitempty"`
 	agreed        int
+	// SecondAgreement is the same for each router's second request of a
+	// key: where the routers send a prefix once it has come back, which is
+	// what keeps its later hits on one replica.
+	SecondAgreementKeys int     `json:"second_agreement_keys,omitempty"`
+	SecondAgreement     float64 `json:"second_agreement,omitempty"`
+	secondAgreed        int
 
 	// Samples (KeepSamples): TTFT and latency of every completed request.
 	TTFTSamples []float64 `json:"-"`
@@ -214,6 +220,9 @@ func (r *Result) summarize() {
 	}
 	if r.AgreementKeys > 0 {
 		r.Agreement = float64(r.agreed) / float64(r.AgreementKeys)
+	}
+	if r.SecondAgreementKeys > 0 {
+		r.SecondAgreement = float64(r.secondAgreed) / float64(r.SecondAgreementKeys)
 	}
 	res := &r.Residency
 	res.Precision = ratio(res.OverlapTokens, res.PredictedTokens)

@@ -74,6 +74,14 @@ type Config struct {
 	IgnorePrefilling bool `json:"ignore_prefilling,omitempty"`
 	// KeepSamples keeps every request's TTFT and latency in the Result.
 	KeepSamples bool `json:"-"`
+	// SharedHomes gives every router's prefix_load one shared table of
+	// homes (policies.Options.Directory), as a shared store such as
+	// Valkey would: the reference for what shared state adds.
+	SharedHomes bool `json:"shared_homes,omitempty"`
+	// IndexAnswers adds what each answer streamed to the index of the
+	// replica that generated it (policies.NewAnswer), as the module's
+	// index_answers does.
+	IndexAnswers bool `json:"index_answers,omitempty"`
 }
 
 // Restart is one engine crash-restart.
@@ -102,12 +110,14 @@ type flight struct {
 	// head was pending there at dispatch (policies.Placement).
 	head       uint64
 	concurrent bool
+	uncached   int
 }
 
 // replicaView is one router's state for one replica.
 type replicaView struct {
 	inFlight int
 	prefills int // dispatched, first token not yet seen
+	pending  int // believed-uncached prompt bytes of those
 	belief   *policies.Belief
 	// last engine sample
 	sampled bool
@@ -150,8 +160,9 @@ type Sim struct {
 	res       *Result
 	blockSize int // router block bytes
 	// firstPlace holds, per leading key, the replica each router sent
-	// that key to the first time it saw it (-1: not yet); kept only with
-	// several routers, to measure how often they agree.
+	// that key to the first time it saw it (-1: not yet), then the second
+	// time; kept only with several routers, to measure how often they
+	// agree.
 	firstPlace map[uint64][]int
 }
 
@@ -194,8 +205,12 @@ func newSim(cfg Config, w *workload.Workload) (*Sim, error) {
 		engines[i] = e
 		s.reps = append(s.reps, &replica{addr: fmt.Sprintf("replica-%02d:8000", i), eng: e})
 	}
+	opts := cfg.Options
+	if cfg.SharedHomes {
+		opts.Directory = policies.NewHomeTable(0)
+	}
 	for r := range cfg.Routers {
-		p, err := newPicker(cfg.Policy, cfg.Options, cfg.Seed+uint64(r)*0x9e3779b97f4a7c15, engines)
+		p, err := newPicker(cfg.Policy, opts, cfg.Seed+uint64(r)*0x9e3779b97f4a7c15, engines)
 		if err != nil {
 			return nil, err
 		}
@@ -279,7 +294,7 @@ func (s *Sim) issue(si, k int) error {
 	}
 	s.nextID++
 	f := &flight{id: s.nextID, req: req, router: s.rng.IntN(len(s.rts)), replica: -1, arrival: s.now,
-		wantAnswer: k+1 < len(s.w.Sessions[si].Turns)}
+		wantAnswer: k+1 < len(s.w.Sessions[si].Turns) || s.cfg.IndexAnswers}
 	s.flights[f.id] = f
 	s.res.Requests++
 	rt := s.rts[f.router]
@@ -304,6 +319,7 @@ func (s *Sim) buildView(rt *router) []policies.Replica {
 		if !s.cfg.IgnorePrefilling {
 			r.Prefilling = v.prefills
 		}
+		r.PendingPrefill = v.pending
 		rt.view[i] = r
 	}
 	return rt.view
@@ -326,8 +342,10 @@ func (s *Sim) dispatch(rt *router, f *flight) bool {
 	f.trueTok = rp.eng.CachedPrefixTokens(f.tokens)
 	pl := v.belief.Place(f.req.Keys) // optimistic, as the module is
 	f.predicted, f.concurrent, f.head = pl.Predicted, pl.Concurrent, pl.Head
+	f.uncached = policies.UncachedBytes(f.req.Keys, pl.Predicted)
 	v.inFlight++
 	v.prefills++
+	v.pending += f.uncached
 	rp.dispatched++
 	if f.arrival != s.now {
 		s.res.queueWait = append(s.res.queueWait, (s.now-f.arrival).Seconds()*1000)
@@ -428,6 +446,9 @@ func (s *Sim) complete(f *flight, ok bool, u simengine.Usage) {
 	if ok && s.cfg.Feedback {
 		s.observe(rt, f.replica, f, u)
 	}
+	if ok && s.cfg.IndexAnswers {
+		s.indexAnswer(v, f)
+	}
 	ss := &s.w.Sessions[f.req.Session]
 	if next := f.req.Turn + 1; next < len(ss.Turns) {
 		if ok {
@@ -474,9 +495,27 @@ func (s *Sim) observe(rt *router, i int, f *flight, u simengine.Usage) {
 	}
 }
 
+// indexAnswer adds f's streamed answer to v's index, as the module does
+// when the stream ends: the text the client saw, rendered as the next turn
+// will carry it.
+func (s *Sim) indexAnswer(v *replicaView, f *flight) {
+	a := policies.NewAnswer(f.req.Keys)
+	if a == nil {
+		return
+	}
+	for _, t := range f.answer {
+		txt, _ := simengine.TokenText(t)
+		a.WriteString(txt)
+	}
+	if chain := a.Chain(); chain != nil {
+		v.belief.Index().Insert(chain)
+	}
+}
+
 // endPrefill ends f's prefilling on v: at its first token or its end.
 func (v *replicaView) endPrefill(f *flight) {
 	v.prefills--
+	v.pending -= f.uncached
 	v.belief.EndPending(f.head)
 	f.head = 0
 }
@@ -487,23 +526,27 @@ func (s *Sim) placeFirst(f *flight, i int) {
 	if s.firstPlace == nil || f.req.Keys.Leading == 0 {
 		return
 	}
+	n := len(s.rts)
 	p := s.firstPlace[f.req.Keys.Leading]
 	if p == nil {
-		p = make([]int, len(s.rts))
+		p = make([]int, 2*n)
 		for j := range p {
 			p[j] = -1
 		}
 		s.firstPlace[f.req.Keys.Leading] = p
 	}
-	if p[f.router] < 0 {
+	switch {
+	case p[f.router] < 0:
 		p[f.router] = i
+	case p[n+f.router] < 0:
+		p[n+f.router] = i
 	}
 }
 
-// finish sorts the samples and computes the summary figures.
-func (s *Sim) finish() *Result {
-	r := s.res
-	for _, p := range s.firstPlace {
+// agreement counts the keys seen (at that rank: first or second time) by
+// at least two routers, and those every such router sent to one replica.
+func agreement(places [][]int) (keys, agreed int) {
+	for _, p := range places {
 		seen, agree, at := 0, true, -1
 		for _, i := range p {
 			if i < 0 {
@@ -515,12 +558,25 @@ func (s *Sim) finish() *Result {
 			at = i
 		}
 		if seen >= 2 {
-			r.AgreementKeys++
+			keys++
 			if agree {
-				r.agreed++
+				agreed++
 			}
 		}
 	}
+	return keys, agreed
+}
+
+// finish sorts the samples and computes the summary figures.
+func (s *Sim) finish() *Result {
+	r := s.res
+	var first, second [][]int
+	n := len(s.rts)
+	for _, p := range s.firstPlace {
+		first, second = append(first, p[:n]), append(second, p[n:])
+	}
+	r.AgreementKeys, r.agreed = agreement(first)
+	r.SecondAgreementKeys, r.secondAgreed = agreement(second)
 	for _, rp := range s.reps {
 		st := rp.eng.Stats()
 		r.Preemptions += st.Preemptions

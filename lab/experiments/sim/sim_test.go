@@ -230,7 +230,12 @@ func TestBoundedHashRespectsBound(t *testing.T) {
 
 // TestAgreement measures how often several routers first send a leading
 // key to the same replica: always with pure rendezvous hashing, far from
-// always at random, and not at all with one router.
+// always at random, and not at all with one router. prefix_load as shipped
+// places new prefixes by each router's pending prefill within a slack, so
+// first placements agree less, and a prefix's second request at each
+// router goes to its rendezvous home, where they agree again; with the
+// earlier releases' rule (cold_choices 1) first placements agree; with a
+// shared table of homes both do.
 func TestAgreement(t *testing.T) {
 	w := func() *workload.Workload {
 		w, err := workload.Generate(workload.Params{Kind: workload.SharedPrefix, Requests: 600, Rate: 40, Groups: 64,
@@ -240,26 +245,75 @@ func TestAgreement(t *testing.T) {
 		}
 		return w
 	}
-	run := func(policy string, routers int) *Result {
+	run := func(policy string, routers int, edit func(*Config)) *Result {
 		cfg := config(policy, 1024)
 		cfg.Routers = routers
+		if edit != nil {
+			edit(&cfg)
+		}
 		return mustRun(t, cfg, w())
 	}
-	one := run("prefix_affinity", 1)
+	one := run("prefix_affinity", 1, nil)
 	if one.AgreementKeys != 0 || one.Agreement != 0 {
 		t.Errorf("one router: agreement %v over %d keys, want none", one.Agreement, one.AgreementKeys)
 	}
-	hash := run("prefix_affinity", 3)
+	hash := run("prefix_affinity", 3, nil)
 	if hash.AgreementKeys < 32 || hash.Agreement != 1 {
 		t.Errorf("rendezvous: agreement %v over %d keys, want 1 over most of 64", hash.Agreement, hash.AgreementKeys)
 	}
-	rnd := run("random", 3)
+	rnd := run("random", 3, nil)
 	if rnd.AgreementKeys != hash.AgreementKeys || rnd.Agreement > 0.5 {
 		t.Errorf("random: agreement %v over %d keys, want < 0.5 over %d", rnd.Agreement, rnd.AgreementKeys, hash.AgreementKeys)
 	}
-	pl := run("prefix_load", 3)
-	t.Logf("agreement over %d keys: prefix_affinity %.3f, random %.3f, prefix_load %.3f", hash.AgreementKeys, hash.Agreement, rnd.Agreement, pl.Agreement)
-	if pl.Agreement < 0.95 {
-		t.Errorf("prefix_load at low load: agreement %v, want >= 0.95", pl.Agreement)
+	pl := run("prefix_load", 3, nil)
+	old := run("prefix_load", 3, func(c *Config) { c.Options.ColdChoices = 1 })
+	shared := run("prefix_load", 3, func(c *Config) { c.SharedHomes = true })
+	t.Logf("agreement over %d keys: prefix_affinity %.3f, random %.3f; prefix_load first %.3f second %.3f (over %d); cold_choices 1 %.3f; shared homes %.3f / %.3f",
+		hash.AgreementKeys, hash.Agreement, rnd.Agreement, pl.Agreement, pl.SecondAgreement, pl.SecondAgreementKeys, old.Agreement,
+		shared.Agreement, shared.SecondAgreement)
+	if pl.SecondAgreementKeys < 16 || pl.SecondAgreement < 0.95 {
+		t.Errorf("prefix_load: second-request agreement %v over %d keys, want >= 0.95 over at least 16", pl.SecondAgreement, pl.SecondAgreementKeys)
+	}
+	if pl.Agreement > pl.SecondAgreement {
+		t.Errorf("prefix_load: first placements agree more (%v) than second requests (%v)", pl.Agreement, pl.SecondAgreement)
+	}
+	if old.Agreement < 0.95 {
+		t.Errorf("cold_choices 1 at low load: agreement %v, want >= 0.95", old.Agreement)
+	}
+	if shared.Agreement < 0.99 || shared.SecondAgreement < 0.95 {
+		t.Errorf("shared homes: agreement %v / %v, want >= 0.99 / 0.95", shared.Agreement, shared.SecondAgreement)
+	}
+}
+
+// TestIndexAnswers proves that indexing what the engine answered lets the
+// router believe the whole of a conversation's next turn: multi-turn recall
+// rises to nearly all of the engine's cached prefix, with precision held,
+// and nothing changes for single-turn traffic's correctness.
+func TestIndexAnswers(t *testing.T) {
+	w := func() *workload.Workload {
+		w, err := workload.Generate(workload.Params{Kind: workload.MultiTurn, Requests: 400, Rate: 20, Groups: 4, SystemTokens: 256,
+			TurnsMin: 3, TurnsMax: 6, UserMin: 16, UserMax: 64, OutputMin: 32, OutputMax: 96, Think: time.Second, Seed: 3,
+			Parse: policies.ParseConfig{Deployment: "t"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	run := func(answers bool) *Result {
+		cfg := config("prefix_load", 4096)
+		cfg.IndexAnswers = answers
+		return mustRun(t, cfg, w())
+	}
+	off, on := run(false), run(true)
+	t.Logf("recall %.3f -> %.3f, precision %.3f -> %.3f, hit rate %.3f -> %.3f", off.Residency.Recall, on.Residency.Recall,
+		off.Residency.Precision, on.Residency.Precision, off.TokenHitRate, on.TokenHitRate)
+	if off.Residency.Recall > 0.95 {
+		t.Fatalf("without answers recall is already %v: the workload does not exercise answers", off.Residency.Recall)
+	}
+	if on.Residency.Recall < 0.97 {
+		t.Errorf("with answers recall %v, want >= 0.97", on.Residency.Recall)
+	}
+	if on.Residency.Precision < off.Residency.Precision-0.01 {
+		t.Errorf("with answers precision fell from %v to %v", off.Residency.Precision, on.Residency.Precision)
 	}
 }

@@ -55,14 +55,22 @@ func All(o Options) error {
 	if err != nil {
 		return err
 	}
+	rt, err := planRouters(&o, r)
+	if err != nil {
+		return err
+	}
+	mx, err := planMixedSweep(&o, r)
+	if err != nil {
+		return err
+	}
 	var tasks []*task
-	for _, ts := range [][]*task{std.tasks, kv.tasks, ld.tasks, sc.tasks, res.tasks, vr.tasks} {
+	for _, ts := range [][]*task{std.tasks, kv.tasks, ld.tasks, sc.tasks, res.tasks, vr.tasks, rt.tasks, mx.tasks} {
 		tasks = append(tasks, ts...)
 	}
 	if err := r.run(tasks); err != nil {
 		return err
 	}
-	for _, c := range []func() error{std.collect, kv.collect, ld.collect, sc.collect, res.collect, vr.collect} {
+	for _, c := range []func() error{std.collect, kv.collect, ld.collect, sc.collect, res.collect, vr.collect, rt.collect, mx.collect} {
 		if err := c(); err != nil {
 			return err
 		}
@@ -81,7 +89,16 @@ func All(o Options) error {
 	if err := WriteVariants(o.Out, vr.rec); err != nil {
 		return err
 	}
-	r.note("wrote standard.json, summary.json, summary.md, kv_sweep.json, load_sweep.json, scale.json, residency.json, residency.md, variants.json, variants.md and plots under %s", o.Out)
+	for _, s := range []*SweepRecord{rt.rec, mx.rec} {
+		if err := WriteRouters(o.Out, s); err != nil {
+			return err
+		}
+	}
+	if err := WriteGoals(o.Out, std.rec, rt.rec); err != nil {
+		return err
+	}
+	r.note("wrote standard.json, summary.json, summary.md, kv_sweep.json, load_sweep.json, scale.json, residency.json, residency.md, "+
+		"variants.json, variants.md, routers.json, routers.md, mixed_sweep.json, mixed_sweep.md, goals.json, goals.md and plots under %s", o.Out)
 	return nil
 }
 
@@ -123,7 +140,7 @@ func Replot(dir string) error {
 		return err
 	}
 	var kv *SweepRecord
-	for _, name := range []string{"kv_sweep", "load_sweep", "scale"} {
+	for _, name := range []string{"kv_sweep", "load_sweep", "scale", "routers", "mixed_sweep"} {
 		var s SweepRecord
 		err := readJSON(filepath.Join(dir, name+".json"), &s)
 		if errors.Is(err, os.ErrNotExist) {
@@ -134,6 +151,11 @@ func Replot(dir string) error {
 		}
 		if name == "kv_sweep" {
 			kv = &s
+		}
+		if name == "routers" {
+			if err := WriteGoals(dir, &std, &s); err != nil {
+				return err
+			}
 		}
 		if err := PlotSweep(filepath.Join(dir, "plots"), &s); err != nil {
 			return err

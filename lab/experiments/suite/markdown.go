@@ -23,8 +23,12 @@ func SummaryMarkdown(rec *StandardRecord, sweep *SweepRecord) string {
 	for _, kind := range sortedKinds(rec.Workloads) {
 		wr := rec.Workloads[kind]
 		fmt.Fprintf(&b, "## %s\n\n", kind)
-		fmt.Fprintf(&b, "%d requests at %.2f req/s, mean prompt %.0f tokens, mean output %.0f tokens.\n\n",
-			wr.Params.Requests, wr.Params.Rate, wr.MeanPromptTokens, wr.MeanOutputTokens)
+		onReplicas := ""
+		if n := StandardFor(kind, st).Replicas; n != st.Replicas {
+			onReplicas = fmt.Sprintf(" on %d replicas", n)
+		}
+		fmt.Fprintf(&b, "%d requests at %.2f req/s%s, mean prompt %.0f tokens, mean output %.0f tokens.\n\n",
+			wr.Params.Requests, wr.Params.Rate, onReplicas, wr.MeanPromptTokens, wr.MeanOutputTokens)
 		b.WriteString("| policy | token hit rate | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | e2e p50 ms | e2e p99 ms | throughput tok/s | max/min load | errors |\n")
 		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, p := range sim.Policies {

@@ -46,7 +46,7 @@ func policyColor(name string) color.Color {
 
 // agreementSettings are the rows of the residency analysis's agreement
 // scenario besides the shipped "both".
-var agreementSettings = []string{"cold_balance_factor 1.5", "cold_choices 3"}
+var agreementSettings = []string{"cold_choices 1", "cold_slack 0", "shared homes", "cold_choices 3"}
 
 func policyDashes(name string) []vg.Length {
 	switch name {
@@ -246,16 +246,23 @@ func PlotSweep(dir string, rec *SweepRecord) error {
 	by := map[string]map[string]*series{}
 	var kinds []string
 	for _, pt := range rec.Points {
-		if by[pt.Workload] == nil {
-			by[pt.Workload] = map[string]*series{}
-			kinds = append(kinds, pt.Workload)
+		if pt.Seed != 0 && pt.Seed != rec.Seed {
+			continue // plots show the record's own seed; the tables show every seed
+		}
+		kind := pt.Workload
+		if pt.Routers > 1 {
+			kind = fmt.Sprintf("%s_r%d", pt.Workload, pt.Routers)
+		}
+		if by[kind] == nil {
+			by[kind] = map[string]*series{}
+			kinds = append(kinds, kind)
 		}
 		for _, m := range []string{"hit", "p50", "p99"} {
 			key := m + " " + pt.Policy
-			s := by[pt.Workload][key]
+			s := by[kind][key]
 			if s == nil {
 				s = &series{name: pt.Policy}
-				by[pt.Workload][key] = s
+				by[kind][key] = s
 			}
 			s.xs = append(s.xs, pt.Value)
 			switch m {
@@ -268,7 +275,7 @@ func PlotSweep(dir string, rec *SweepRecord) error {
 			}
 		}
 	}
-	logX := rec.Knob != "util_of_cold_capacity"
+	logX := rec.Knob != "util_of_cold_capacity" && rec.Knob != "unique_share"
 	for _, kind := range kinds {
 		for _, m := range []struct{ key, label string }{{"hit", "token hit rate"}, {"p50", "TTFT p50 (ms)"}, {"p99", "TTFT p99 (ms)"}} {
 			var ss []series

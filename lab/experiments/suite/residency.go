@@ -196,9 +196,9 @@ func planResidency(o *Options, r *runner) (*plan[*ResidencyRecord], error) {
 	}
 
 	// 6. Routers agree on where a new prefix goes: 256 groups, so that
-	// the agreement is measured over enough keys; the cold bound's
-	// factor as shipped, at the warm bound's 1.5 (before), and
-	// cold_choices 3.
+	// the agreement is measured over enough keys; as shipped, the previous
+	// default (always the rendezvous home), no cold slack, a shared table
+	// of homes, and the previous single-router setting.
 	for _, nr := range []float64{2, 4, 8} {
 		s := st
 		s.Routers = int(nr)
@@ -207,12 +207,31 @@ func planResidency(o *Options, r *runner) (*plan[*ResidencyRecord], error) {
 			continue // quick runs have no 256-group workload
 		}
 		add("agreement", "routers", nr, "both", SimConfig("prefix_load", s, o.Seed), w)
-		c := SimConfig("prefix_load", s, o.Seed)
-		c.Options.ColdBalanceFactor = policies.DefaultBalanceFactor
-		add("agreement", "routers", nr, agreementSettings[0], c, w)
-		c = SimConfig("prefix_load", s, o.Seed)
-		c.Options.ColdChoices = 3
-		add("agreement", "routers", nr, agreementSettings[1], c, w)
+		for _, setting := range agreementSettings {
+			c := SimConfig("prefix_load", s, o.Seed)
+			switch setting {
+			case "cold_choices 1":
+				c.Options.ColdChoices = 1
+			case "cold_slack 0":
+				c.Options.ColdSlack = -1
+			case "shared homes":
+				c.SharedHomes = true
+			case "cold_choices 3":
+				c.Options.ColdChoices = 3
+			}
+			add("agreement", "routers", nr, setting, c, w)
+		}
+	}
+	// 7. Answers indexed or not (index_answers): multi_turn, where the
+	// next turn repeats the answer, from 1 to 8 routers.
+	for _, nr := range routers {
+		for _, on := range []bool{true, false} {
+			s := st
+			s.Routers = int(nr)
+			c := SimConfig("prefix_load", s, o.Seed)
+			c.IndexAnswers = on
+			add("answers", "routers", nr, map[bool]string{true: "answers", false: "no answers"}[on], c, base[workload.MultiTurn])
+		}
 	}
 
 	tasks := make([]*task, len(rts))

@@ -74,7 +74,7 @@ func planStandard(o *Options, r *runner, kinds []string) (*plan[*StandardRecord]
 	r.note("standard: generating %d workloads of %d requests", len(kinds), st.Requests)
 	var reqs []buildReq
 	for _, kind := range kinds {
-		reqs = append(reqs, buildReq{WorkloadParams(kind, st.Requests, o.Seed), st})
+		reqs = append(reqs, buildReq{WorkloadParams(kind, st.Requests, o.Seed), StandardFor(kind, st)})
 	}
 	ws, err := r.buildAll(reqs)
 	if err != nil {
@@ -86,7 +86,7 @@ func planStandard(o *Options, r *runner, kinds []string) (*plan[*StandardRecord]
 		rec.Workloads[kind] = &WorkloadRecord{Params: w.Params, Sessions: len(w.Sessions),
 			MeanPromptTokens: w.MeanPromptTokens, MeanOutputTokens: w.MeanOutputTokens, Policies: map[string]*sim.Result{}}
 		for _, p := range sim.Policies {
-			tasks = append(tasks, &task{phase: "standard", label: kind + " " + p, cfg: SimConfig(p, st, o.Seed), w: w})
+			tasks = append(tasks, &task{phase: "standard", label: kind + " " + p, cfg: SimConfig(p, reqs[i].st, o.Seed), w: w})
 		}
 	}
 	collect := func() error {

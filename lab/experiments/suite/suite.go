@@ -146,6 +146,17 @@ func WorkloadParams(kind string, requests int, seed uint64) workload.Params {
 	case workload.NoSharedPrefix:
 		// A unique 2048-token document per request, then a question.
 		p.SystemTokens, p.QuestionTokens, p.OutputTokens = 2048, 128, 256
+	case workload.Mixed:
+		// Half the requests carry a unique 2048-token document, half one
+		// of shared_prefix's 64 system prompts, interleaved at random;
+		// the mixed sweep moves the unique share from 0 to 1.
+		p.Groups, p.SystemTokens, p.QuestionTokens, p.OutputTokens, p.UniqueShare = 64, 2048, 128, 256, 0.5
+	case workload.Large:
+		// Eight replicas (StandardFor) and 256 groups of 1024-token system
+		// prompts: the working set (256 x 64 = 16,384 blocks) is four
+		// times one replica's cache and half of all eight, the standard
+		// point's band at twice the scale, with four times the groups.
+		p.Groups, p.SystemTokens, p.QuestionTokens, p.OutputTokens = 256, 1024, 128, 256
 	case workload.MultiTurn:
 		// Conversations of 2-8 turns on one of 16 applications (512-token
 		// system prompts); user messages 32-256 tokens, answers 64-256,
@@ -156,6 +167,15 @@ func WorkloadParams(kind string, requests int, seed uint64) workload.Params {
 		p.Think = 6 * time.Second
 	}
 	return p
+}
+
+// StandardFor returns the standard point as kind runs it: large runs on 8
+// replicas, every other workload on st's.
+func StandardFor(kind string, st Standard) Standard {
+	if kind == workload.Large {
+		st.Replicas = 8
+	}
+	return st
 }
 
 // Build generates a workload and sets its rate to util of the cold
@@ -170,11 +190,12 @@ func Build(p workload.Params, st Standard, kvBlocks int) (*workload.Workload, er
 	return w, nil
 }
 
-// SimConfig is the simulator configuration of the standard point.
+// SimConfig is the simulator configuration of the standard point. Answers
+// are indexed, as the module does by default (index_answers).
 func SimConfig(policy string, st Standard, seed uint64) sim.Config {
 	return sim.Config{Policy: policy, Replicas: st.Replicas, Routers: st.Routers, Seed: seed,
 		Engine: EngineConfig(st.KVBlocks), Cap: st.Cap, EngineMetrics: st.EngineMetrics,
-		SampleInterval: st.SampleInterval, Feedback: st.Feedback}
+		SampleInterval: st.SampleInterval, Feedback: st.Feedback, IndexAnswers: true}
 }
 
 // task is one simulation.

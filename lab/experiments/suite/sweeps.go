@@ -40,6 +40,15 @@ type SweepPoint struct {
 	Preemptions     uint64  `json:"preemptions"`
 	Precision       float64 `json:"precision"`
 	Recall          float64 `json:"recall"`
+	// Routers and Seed are set where an experiment varies them.
+	Routers int    `json:"routers,omitempty"`
+	Seed    uint64 `json:"seed,omitempty"`
+	// With several routers: how often they agreed on where each shared
+	// prefix went, the first time each saw it and the second time
+	// (sim.Result.Agreement, SecondAgreement), over AgreementKeys keys.
+	Agreement       float64 `json:"cold_agreement,omitempty"`
+	SecondAgreement float64 `json:"second_agreement,omitempty"`
+	AgreementKeys   int     `json:"agreement_keys,omitempty"`
 }
 
 func point(kind string, v float64, res *sim.Result) SweepPoint {
@@ -48,7 +57,15 @@ func point(kind string, v float64, res *sim.Result) SweepPoint {
 		TTFTP99Ms: round(res.TTFT.P99, 2), E2EP50Ms: round(res.E2E.P50, 1), E2EP99Ms: round(res.E2E.P99, 1),
 		ThroughputTokS: round(res.ThroughputTokS, 1), MaxMinLoadRatio: round(res.MaxMinLoadRatio, 3),
 		Errors: res.Errors, RouterQueued: res.Queued, Preemptions: res.Preemptions,
-		Precision: round(res.Residency.Precision, 4), Recall: round(res.Residency.Recall, 4)}
+		Precision: round(res.Residency.Precision, 4), Recall: round(res.Residency.Recall, 4),
+		Agreement: round(res.Agreement, 4), SecondAgreement: round(res.SecondAgreement, 4), AgreementKeys: res.AgreementKeys}
+}
+
+// cellPoint is point for a run whose routers and seed vary.
+func cellPoint(kind string, v float64, cfg sim.Config, res *sim.Result) SweepPoint {
+	pt := point(kind, v, res)
+	pt.Routers, pt.Seed = cfg.Routers, cfg.Seed
+	return pt
 }
 
 // sweepRequests is the request count of each sweep run.

@@ -3,32 +3,54 @@ package suite
 import (
 	"fmt"
 	"path/filepath"
+	"sort"
+	"strings"
 
 	"github.com/llmroute/caddy-llmroute/lab/experiments/workload"
 	"github.com/llmroute/caddy-llmroute/policies"
 )
 
-// Variant is one ablation of prefix_load at the standard point: the two
-// choices adopted from the first variants run (balance factor 1.5,
-// requests awaiting their first byte counted as load) turned back, and the
-// cold_choices settings a single-router deployment may prefer.
+// Variant is one candidate cold-placement rule for prefix_load (issue
+// 18's directions), or a reference policy, run on every workload with 1,
+// 2, 4 and 8 routers and several seeds.
 type Variant struct {
-	Name             string           `json:"name"`
-	Policy           string           `json:"policy"`
-	Options          policies.Options `json:"options"`
-	IgnorePrefilling bool             `json:"ignore_prefilling"`
-	Doc              string           `json:"doc"`
+	Name    string           `json:"name"`
+	Policy  string           `json:"policy"`
+	Options policies.Options `json:"options"`
+	// SharedHomes gives the routers one shared table of homes (what a
+	// Valkey/Redis directory would add).
+	SharedHomes bool `json:"shared_homes,omitempty"`
+	// NoAnswers leaves answers out of the index.
+	NoAnswers bool   `json:"no_answers,omitempty"`
+	Doc       string `json:"doc"`
 }
 
-// Variants are compared with prefix_load as shipped.
+// Variants are the candidates, prefix_load as shipped first.
 var Variants = []Variant{
-	{Name: "prefix_load", Policy: "prefix_load", Doc: "as shipped: c=1.5, slack 2, prefilling counted, cold_choices 1 (home)"},
+	{Name: "prefix_load", Policy: "prefix_load", Doc: "as shipped: a new prefix to the least pending prefill (placement by load), which becomes its home; " +
+		"peers inferred from engine metrics; with peers the rendezvous home unless it has more pending prefill than the least by over " +
+		"half the prompt's own (cold_slack 0.5); leading-run matches go home; answers indexed"},
+	{Name: "cold_choices 1", Policy: "prefix_load", Options: policies.Options{ColdChoices: 1},
+		Doc: "the previous default: a cold prefix to its rendezvous home within the cold bound (c = 3), whatever its queue"},
+	{Name: "cold_choices 2", Policy: "prefix_load", Options: policies.Options{ColdChoices: 2},
+		Doc: "two choices: the home or the second rendezvous rank when that one's load (in flight, pending first bytes, engine queue) is lower"},
+	{Name: "cold_choices 3", Policy: "prefix_load", Options: policies.Options{ColdChoices: 3},
+		Doc: "the previous single-router setting: the least-loaded candidate by request counts"},
+	{Name: "peers none", Policy: "prefix_load", Options: policies.Options{Peers: policies.PeersNone},
+		Doc: "placement by pending prefill and own homes, never the peer rules (what a router that cannot tell it has peers does)"},
+	{Name: "peers some", Policy: "prefix_load", Options: policies.Options{Peers: policies.PeersSome},
+		Doc: "the peer rules always, also alone: rendezvous homes, new prefixes home within cold_slack"},
+	{Name: "cold_slack 0", Policy: "prefix_load", Options: policies.Options{ColdSlack: -1},
+		Doc: "with peers, a new prefix goes home only when that has no more prefill pending than the least"},
+	{Name: "cold_slack 2", Policy: "prefix_load", Options: policies.Options{ColdSlack: 2},
+		Doc: "with peers, a new prefix goes home unless that has two of its own prompts' more prefill pending"},
+	{Name: "no answers", Policy: "prefix_load", NoAnswers: true, Doc: "answers not indexed"},
+	{Name: "shared homes", Policy: "prefix_load", SharedHomes: true,
+		Doc: "one table of homes shared by the routers (policies.Options.Directory): what shared state (Valkey/Redis) would add"},
+	{Name: "round_robin", Policy: "round_robin", Doc: "reference"},
 	{Name: "least_load", Policy: "least_load", Doc: "reference"},
-	{Name: "c=1.25", Policy: "prefix_load", Options: policies.Options{BalanceFactor: 1.25}, Doc: "HAProxy's balance factor"},
-	{Name: "no prefilling", Policy: "prefix_load", IgnorePrefilling: true, Doc: "in-flight count only"},
-	{Name: "cold_choices 2", Policy: "prefix_load", Options: policies.Options{ColdChoices: 2}, Doc: "cold prefix home, or the second-ranked candidate when less loaded"},
-	{Name: "cold_choices 3", Policy: "prefix_load", Options: policies.Options{ColdChoices: 3}, Doc: "cold prefix to the least-loaded candidate (single-router setting)"},
-	{Name: "before", Policy: "prefix_load", IgnorePrefilling: true, Options: policies.Options{BalanceFactor: 1.25}, Doc: "c=1.25 and no prefilling: prefix_load as first written"},
+	{Name: "prefix_affinity", Policy: "prefix_affinity", Doc: "reference"},
+	{Name: "oracle", Policy: "oracle", Doc: "reference: prefix_load's rules on the true cache"},
 }
 
 // VariantsRecord is variants.json.
@@ -36,59 +58,64 @@ type VariantsRecord struct {
 	Experiment string       `json:"experiment"`
 	Commit     string       `json:"commit"`
 	Seed       uint64       `json:"seed"`
+	Seeds      []uint64     `json:"seeds"`
 	Quick      bool         `json:"quick"`
 	Standard   Standard     `json:"standard"`
 	Requests   int          `json:"requests"`
+	Routers    []int        `json:"routers"`
 	Variants   []Variant    `json:"variants"`
 	Points     []SweepPoint `json:"points"`
+}
+
+// variantRouters are the router counts of the variants run.
+func variantRouters(quick bool) []int {
+	if quick {
+		return []int{1, 8}
+	}
+	return []int{1, 2, 4, 8}
 }
 
 func planVariants(o *Options, r *runner) (*plan[*VariantsRecord], error) {
 	st := StandardPoint(o.Quick)
 	n := sweepRequests(o.Quick)
-	rec := &VariantsRecord{Experiment: "variants", Commit: o.Commit, Seed: o.Seed, Quick: o.Quick, Standard: st, Requests: n, Variants: Variants}
+	rec := &VariantsRecord{Experiment: "variants", Commit: o.Commit, Seed: o.Seed, Seeds: seedsOf(o), Quick: o.Quick, Standard: st,
+		Requests: n, Routers: variantRouters(o.Quick), Variants: Variants}
 	type cell struct {
 		kind string
-		util float64
+		seed uint64
 	}
-	cells := []cell{}
+	var cells []cell
 	var reqs []buildReq
-	for _, kind := range workload.Kinds {
-		cells = append(cells, cell{kind, st.Util})
-		reqs = append(reqs, buildReq{WorkloadParams(kind, n, o.Seed), st})
+	for _, seed := range rec.Seeds {
+		for _, kind := range workload.Kinds {
+			cells = append(cells, cell{kind, seed})
+			reqs = append(reqs, buildReq{WorkloadParams(kind, n, seed), StandardFor(kind, st)})
+		}
 	}
-	// A hot tenant under more load: does a looser bound hurt there?
-	hot := st
-	hot.Util = 0.9
-	cells = append(cells, cell{workload.Skewed, 0.9})
-	reqs = append(reqs, buildReq{WorkloadParams(workload.Skewed, n, o.Seed), hot})
 	r.note("variants: generating %d workloads of %d requests", len(reqs), n)
 	ws, err := r.buildAll(reqs)
 	if err != nil {
 		return nil, err
 	}
 	var tasks []*task
-	meta := map[*task]struct {
-		c cell
-		v Variant
-	}{}
+	meta := map[*task]Variant{}
 	for i, w := range ws {
-		for _, v := range Variants {
-			cfg := SimConfig(v.Policy, st, o.Seed)
-			cfg.Options, cfg.IgnorePrefilling = v.Options, v.IgnorePrefilling
-			t := &task{phase: "variants", label: fmt.Sprintf("%s util=%.1f %s", cells[i].kind, cells[i].util, v.Name), cfg: cfg, w: w}
-			meta[t] = struct {
-				c cell
-				v Variant
-			}{cells[i], v}
-			tasks = append(tasks, t)
+		for _, routers := range rec.Routers {
+			s := reqs[i].st
+			s.Routers = routers
+			for _, v := range Variants {
+				cfg := SimConfig(v.Policy, s, cells[i].seed)
+				cfg.Options, cfg.SharedHomes, cfg.IndexAnswers = v.Options, v.SharedHomes, !v.NoAnswers
+				t := &task{phase: "variants", label: fmt.Sprintf("%s r=%d seed=%d %s", cells[i].kind, routers, cells[i].seed, v.Name), cfg: cfg, w: w}
+				meta[t] = v
+				tasks = append(tasks, t)
+			}
 		}
 	}
 	collect := func() error {
 		for _, t := range tasks {
-			m := meta[t]
-			pt := point(m.c.kind, m.c.util, t.res)
-			pt.Policy = m.v.Name
+			pt := cellPoint(t.w.Params.Kind, float64(t.cfg.Routers), t.cfg, t.res)
+			pt.Policy = meta[t].Name
 			rec.Points = append(rec.Points, pt)
 		}
 		return nil
@@ -110,18 +137,80 @@ func WriteVariants(dir string, rec *VariantsRecord) error {
 	return writeFile(filepath.Join(dir, "variants.md"), []byte(VariantsMarkdown(rec)))
 }
 
-// VariantsMarkdown renders variants.md.
+// VariantsMarkdown renders variants.md: per workload, one table of TTFT
+// p99, one of hit rate and one of agreement, each cell listing the seeds'
+// figures in seed order, so that a difference smaller than the seeds'
+// spread shows as such.
 func VariantsMarkdown(rec *VariantsRecord) string {
-	s := fmt.Sprintf("# prefix_load variants\n\nGenerated by `go -C lab run ./cmd/llmexp variants`. Commit `%s`, seed %d, %d requests per run%s, standard point otherwise. "+
-		"Ablations of the shipped prefix_load, run with the policies package's own code (options and load inputs only).\n\n",
-		rec.Commit, rec.Seed, rec.Requests, map[bool]string{true: " (quick run)", false: ""}[rec.Quick])
+	var b strings.Builder
+	fmt.Fprintf(&b, "# prefix_load variants\n\nGenerated by `go -C lab run ./cmd/llmexp variants`. Commit `%s`, seeds %v, %d requests per run%s, "+
+		"standard point otherwise (large on 8 replicas). The candidates for issue 18 and the references, run with the policies package's own code.\n\n",
+		rec.Commit, rec.Seeds, rec.Requests, map[bool]string{true: " (quick run)", false: ""}[rec.Quick])
 	for _, v := range rec.Variants {
-		s += fmt.Sprintf("- `%s`: %s\n", v.Name, v.Doc)
+		fmt.Fprintf(&b, "- `%s`: %s\n", v.Name, v.Doc)
 	}
-	s += "\n| workload | util | variant | hit rate | TTFT p50 | TTFT p90 | TTFT p99 | e2e p99 | max/min load |\n|---|---:|---|---:|---:|---:|---:|---:|---:|\n"
+	type key struct {
+		w, v string
+		r    int
+	}
+	pts := map[key][]SweepPoint{}
 	for _, p := range rec.Points {
-		s += fmt.Sprintf("| %s | %.1f | %s | %.3f | %.1f | %.1f | %.1f | %.0f | %.2f |\n", p.Workload, p.Value, p.Policy, p.TokenHitRate,
-			p.TTFTP50Ms, p.TTFTP90Ms, p.TTFTP99Ms, p.E2EP99Ms, p.MaxMinLoadRatio)
+		k := key{p.Workload, p.Policy, p.Routers}
+		pts[k] = append(pts[k], p)
 	}
-	return s
+	for k := range pts {
+		sort.Slice(pts[k], func(i, j int) bool { return pts[k][i].Seed < pts[k][j].Seed })
+	}
+	cell := func(ps []SweepPoint, f func(SweepPoint) string) string {
+		var s []string
+		for _, p := range ps {
+			s = append(s, f(p))
+		}
+		return strings.Join(s, " / ")
+	}
+	tables := []struct {
+		title string
+		f     func(SweepPoint) string
+		multi bool
+	}{
+		{"TTFT p99 ms", func(p SweepPoint) string { return fmt.Sprintf("%.0f", p.TTFTP99Ms) }, false},
+		{"TTFT p50 ms", func(p SweepPoint) string { return fmt.Sprintf("%.1f", p.TTFTP50Ms) }, false},
+		{"token hit rate", func(p SweepPoint) string { return fmt.Sprintf("%.3f", p.TokenHitRate) }, false},
+		{"agreement on first placements (second)", func(p SweepPoint) string {
+			if p.AgreementKeys == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f (%.2f)", p.Agreement, p.SecondAgreement)
+		}, true},
+	}
+	for _, kind := range workload.Kinds {
+		fmt.Fprintf(&b, "\n## %s\n", kind)
+		for _, tb := range tables {
+			if tb.multi && kind == workload.NoSharedPrefix {
+				continue // nothing is seen by two routers
+			}
+			fmt.Fprintf(&b, "\n%s, per seed:\n\n| variant |", tb.title)
+			var rs []int
+			for _, r := range rec.Routers {
+				if tb.multi && r == 1 {
+					continue
+				}
+				rs = append(rs, r)
+				fmt.Fprintf(&b, " %d router%s |", r, map[bool]string{true: "", false: "s"}[r == 1])
+			}
+			b.WriteString("\n|---|")
+			for range rs {
+				b.WriteString("---|")
+			}
+			b.WriteString("\n")
+			for _, v := range rec.Variants {
+				fmt.Fprintf(&b, "| %s |", v.Name)
+				for _, r := range rs {
+					fmt.Fprintf(&b, " %s |", cell(pts[key{kind, v.Name, r}], tb.f))
+				}
+				b.WriteString("\n")
+			}
+		}
+	}
+	return b.String()
 }

@@ -1,7 +1,8 @@
 // Package workload generates the request streams of llmroute's policy
 // experiments: shared prefix (after SGLang's generated-shared-prefix
-// benchmark), multi-turn chat with growing history, no shared prefix, and
-// skewed tenants. Every request is an OpenAI chat body, and its prefix keys
+// benchmark), multi-turn chat with growing history, no shared prefix,
+// skewed tenants, mixed traffic (unique documents interleaved with shared
+// prefixes) and a large deployment's many groups. Every request is an OpenAI chat body, and its prefix keys
 // come from policies.Parse on that body, exactly as the Caddy module
 // computes them; the engine sees the same messages through the simulated
 // replica's chat template.
@@ -33,10 +34,17 @@ const (
 	MultiTurn      = "multi_turn"
 	NoSharedPrefix = "no_shared_prefix"
 	Skewed         = "skewed"
+	// Mixed interleaves requests that each carry a unique document (as in
+	// no_shared_prefix) with shared-prefix requests; UniqueShare is the
+	// fraction of unique ones.
+	Mixed = "mixed"
+	// Large is shared_prefix for a larger deployment: many more groups
+	// (the suite runs it on 8 replicas).
+	Large = "large"
 )
 
 // Kinds lists every workload kind in report order.
-var Kinds = []string{SharedPrefix, MultiTurn, NoSharedPrefix, Skewed}
+var Kinds = []string{SharedPrefix, MultiTurn, NoSharedPrefix, Skewed, Mixed, Large}
 
 // DefaultModel is the model name in every body (simreplica's default).
 const DefaultModel = "sim-llama-3.1-8b"
@@ -56,6 +64,9 @@ type Params struct {
 	OutputTokens   int `json:"output_tokens,omitempty"`
 	// ZipfS is the exponent of the tenants' popularity (skewed).
 	ZipfS float64 `json:"zipf_s,omitempty"`
+	// UniqueShare is the fraction of mixed requests that carry a unique
+	// document instead of a group's system prompt, in [0, 1].
+	UniqueShare float64 `json:"unique_share,omitempty"`
 	// Multi-turn: turns per conversation, user message and answer
 	// lengths (uniform in [min, max]), mean think time (exponential).
 	TurnsMin  int           `json:"turns_min,omitempty"`
@@ -217,7 +228,7 @@ func Generate(p Params) (*Workload, error) {
 	voc := newVocabulary(p.Seed ^ 0x5eed)
 	w := &Workload{Params: p}
 	switch p.Kind {
-	case SharedPrefix, Skewed:
+	case SharedPrefix, Skewed, Large:
 		if p.Groups < 1 {
 			return nil, fmt.Errorf("workload: %s needs groups >= 1", p.Kind)
 		}
@@ -235,6 +246,29 @@ func Generate(p Params) (*Workload, error) {
 			t += expDur(rng, 1/p.Rate)
 			g := pick()
 			w.add(Session{Arrival: t, Group: g, System: systems[g],
+				Turns: []TurnSpec{{User: NewSegment(voc.text(rng, p.QuestionTokens)), Output: p.OutputTokens}}})
+		}
+	case Mixed:
+		if p.Groups < 1 || !(p.UniqueShare >= 0 && p.UniqueShare <= 1) {
+			return nil, fmt.Errorf("workload: mixed needs groups >= 1 and unique share in [0, 1], got %d and %v", p.Groups, p.UniqueShare)
+		}
+		systems := make([]*Segment, p.Groups)
+		for g := range systems {
+			systems[g] = NewSegment(voc.text(rng, p.SystemTokens))
+		}
+		t := time.Duration(0)
+		for i := range p.Requests {
+			t += expDur(rng, 1/p.Rate)
+			// Groups are numbered 0..Groups-1; a unique document is a
+			// group of its own, numbered past them.
+			g, sys := p.Groups+i, (*Segment)(nil)
+			if rng.Float64() >= p.UniqueShare {
+				g = rng.IntN(p.Groups)
+				sys = systems[g]
+			} else {
+				sys = NewSegment(voc.text(rng, p.SystemTokens))
+			}
+			w.add(Session{Arrival: t, Group: g, System: sys,
 				Turns: []TurnSpec{{User: NewSegment(voc.text(rng, p.QuestionTokens)), Output: p.OutputTokens}}})
 		}
 	case NoSharedPrefix:

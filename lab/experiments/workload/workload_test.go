@@ -102,3 +102,54 @@ func TestTemplateMatchesReplica(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateMixed checks the mixed workload's unique share and that its
+// shared requests share their group's system prompt while unique ones
+// share nothing, at the sweep's ends too.
+func TestGenerateMixed(t *testing.T) {
+	for _, share := range []float64{0, 0.3, 1} {
+		w, err := Generate(Params{Kind: Mixed, Requests: 1000, Rate: 10, Groups: 8, SystemTokens: 128, QuestionTokens: 16, OutputTokens: 8,
+			UniqueShare: share, Seed: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		unique, leading := 0, map[uint64]int{}
+		for i := range w.Sessions {
+			r, err := w.Request(i, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.Sessions[i].Group >= 8 {
+				unique++
+			}
+			leading[r.Keys.Leading]++
+		}
+		got := float64(unique) / 1000
+		if got < share-0.05 || got > share+0.05 {
+			t.Errorf("share %v: %v unique", share, got)
+		}
+		// Distinct leading keys: one per group used plus one per unique request.
+		groups := len(leading) - unique
+		if share < 1 && groups != 8 || share == 1 && groups != 0 {
+			t.Errorf("share %v: %d distinct leading keys for %d unique requests", share, len(leading), unique)
+		}
+	}
+	if _, err := Generate(Params{Kind: Mixed, Requests: 10, Rate: 1, Groups: 8, SystemTokens: 16, UniqueShare: 1.5}); err == nil {
+		t.Error("unique share 1.5 accepted")
+	}
+}
+
+// TestGenerateLarge: large is shared_prefix's shape, its groups as given.
+func TestGenerateLarge(t *testing.T) {
+	w, err := Generate(Params{Kind: Large, Requests: 2000, Rate: 10, Groups: 256, SystemTokens: 64, QuestionTokens: 8, OutputTokens: 8, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := map[int]bool{}
+	for _, s := range w.Sessions {
+		groups[s.Group] = true
+	}
+	if len(groups) < 240 {
+		t.Errorf("%d of 256 groups used by 2000 requests", len(groups))
+	}
+}

@@ -1,0 +1,278 @@
+package caddymodule
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmroute/caddy-llmroute/internal/netx"
+	"github.com/llmroute/caddy-llmroute/internal/proc"
+	"github.com/llmroute/caddy-llmroute/policies"
+)
+
+// fakeRESP is an in-process server of the commands the homes directory
+// sends: SET key val NX GET PX ms (as Redis 7), AUTH and SELECT.
+type fakeRESP struct {
+	ln       net.Listener
+	mu       sync.Mutex
+	kv       map[string]string
+	commands []string
+	password string
+}
+
+func newFakeRESP(t *testing.T, password string) *fakeRESP {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	f := &fakeRESP{ln: ln, kv: map[string]string{}, password: password}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go f.serve(c)
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return f
+}
+
+func (f *fakeRESP) serve(c net.Conn) {
+	defer c.Close()
+	r := bufio.NewReader(c)
+	authed := f.password == ""
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
+		args := make([]string, n)
+		for i := range args {
+			l, _ := r.ReadString('\n')
+			k, _ := strconv.Atoi(strings.TrimSpace(l[1:]))
+			buf := make([]byte, k+2)
+			if _, err := io.ReadFull(r, buf); err != nil {
+				return
+			}
+			args[i] = string(buf[:k])
+		}
+		f.mu.Lock()
+		f.commands = append(f.commands, strings.Join(args, " "))
+		reply := "-ERR unknown\r\n"
+		switch {
+		case args[0] == "AUTH":
+			authed = len(args) == 2 && args[1] == f.password
+			reply = map[bool]string{true: "+OK\r\n", false: "-WRONGPASS\r\n"}[authed]
+		case !authed:
+			reply = "-NOAUTH\r\n"
+		case args[0] == "SELECT":
+			reply = "+OK\r\n"
+		case args[0] == "SET" && len(args) == 7 && args[3] == "NX" && args[4] == "GET" && args[5] == "PX":
+			if old, ok := f.kv[args[1]]; ok {
+				reply = fmt.Sprintf("$%d\r\n%s\r\n", len(old), old)
+			} else {
+				f.kv[args[1]] = args[2]
+				reply = "$-1\r\n"
+			}
+		}
+		f.mu.Unlock()
+		if _, err := c.Write([]byte(reply)); err != nil {
+			return
+		}
+	}
+}
+
+func (f *fakeRESP) url() string { return "redis://" + f.ln.Addr().String() }
+
+// TestHomesDirectoryAgrees proves two directory clients (two routers)
+// agree through the store: the first claim wins for both, answers are
+// cached for Home, and keys are namespaced by the prefix.
+func TestHomesDirectoryAgrees(t *testing.T) {
+	f := newFakeRESP(t, "")
+	cfg := HomesDirectoryConfig{URL: f.url(), KeyPrefix: "t:", TTL: caddy.Duration(time.Minute), Timeout: caddy.Duration(time.Second)}
+	a, err := newRedisHomes(cfg, nil)
+	require.NoError(t, err)
+	b, err := newRedisHomes(cfg, nil)
+	require.NoError(t, err)
+	agreed := 0
+	for k := uint64(1); k <= 50; k++ {
+		ha, ok := a.Claim(k, fmt.Sprintf("r%d:1", k%4))
+		require.True(t, ok)
+		hb, ok := b.Claim(k, fmt.Sprintf("r%d:1", (k+1)%4)) // b would choose elsewhere
+		require.True(t, ok)
+		require.Equal(t, ha, hb, "key %d", k)
+		assert.Equal(t, fmt.Sprintf("r%d:1", k%4), ha, "the first claim wins")
+		got, ok := b.Home(k)
+		require.True(t, ok, "b learnt the home")
+		assert.Equal(t, ha, got)
+		agreed++
+	}
+	assert.Equal(t, 50, agreed)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	assert.Contains(t, f.commands, "SET t:1 r1:1 NX GET PX 60000")
+	assert.Len(t, f.kv, 50)
+}
+
+// TestHomesDirectoryDown proves an unreachable store makes Claim answer
+// "not known" within the timeout, then leaves the store alone for a while
+// without a round trip, and that a store that comes back is used again.
+func TestHomesDirectoryDown(t *testing.T) {
+	addr, err := netx.FreeAddr()
+	require.NoError(t, err)
+	d, err := newRedisHomes(HomesDirectoryConfig{URL: "redis://" + addr, KeyPrefix: "t:", TTL: caddy.Duration(time.Minute),
+		Timeout: caddy.Duration(200 * time.Millisecond)}, nil)
+	require.NoError(t, err)
+	_, ok := d.Claim(1, "r1:1")
+	assert.False(t, ok, "nothing listens")
+	assert.Greater(t, d.downUntil.Load(), time.Now().UnixNano(), "marked down")
+	_, ok = d.Claim(2, "r1:1")
+	assert.False(t, ok, "still down: not tried")
+
+	// The store comes back on that address.
+	ln, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	f := &fakeRESP{ln: ln, kv: map[string]string{}}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go f.serve(c)
+		}
+	}()
+	defer ln.Close()
+	d.downUntil.Store(0) // the down period passed
+	got, ok := d.Claim(3, "r2:1")
+	assert.True(t, ok)
+	assert.Equal(t, "r2:1", got)
+}
+
+// TestHomesDirectoryAuth: a password in the URL is sent first; a wrong
+// one fails the claim instead of writing.
+func TestHomesDirectoryAuth(t *testing.T) {
+	f := newFakeRESP(t, "s3cret")
+	for _, tt := range []struct {
+		pass string
+		ok   bool
+	}{{"s3cret", true}, {"wrong", false}} {
+		u := strings.Replace(f.url(), "redis://", "redis://:"+tt.pass+"@", 1) + "/2"
+		d, err := newRedisHomes(HomesDirectoryConfig{URL: u, KeyPrefix: "t:", TTL: caddy.Duration(time.Minute), Timeout: caddy.Duration(time.Second)}, nil)
+		require.NoError(t, err)
+		_, ok := d.Claim(7, "r:1")
+		assert.Equal(t, tt.ok, ok, tt.pass)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	assert.Contains(t, f.commands, "SELECT 2")
+	assert.Len(t, f.kv, 1)
+}
+
+func TestHomesDirectoryCaddyfile(t *testing.T) {
+	var p LLMSelection
+	require.NoError(t, p.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm {
+		homes_directory redis://127.0.0.1:6390/1 {
+			key_prefix prod:
+			ttl 10m
+			timeout 20ms
+		}
+	}`)))
+	require.NotNil(t, p.HomesDirectory)
+	assert.Equal(t, HomesDirectoryConfig{URL: "redis://127.0.0.1:6390/1", KeyPrefix: "prod:", TTL: caddy.Duration(10 * time.Minute),
+		Timeout: caddy.Duration(20 * time.Millisecond)}, *p.HomesDirectory)
+	require.NoError(t, p.setup())
+	assert.NotNil(t, p.opts.Directory, "the strategy gets the shared directory")
+	for _, tt := range []struct{ in, want string }{
+		{"llm {\n homes_directory\n}", "wrong argument count"},
+		{"llm {\n homes_directory http://x\n}", "redis://"},
+		{"llm {\n homes_directory redis://x:1/y\n}", "database"},
+		{"llm {\n homes_directory redis://x:1 {\n ttl soon\n }\n}", "ttl"},
+		{"llm {\n homes_directory redis://x:1 {\n colour blue\n }\n}", "unrecognized"},
+	} {
+		var p LLMSelection
+		err := p.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tt.in))
+		if assert.Error(t, err, tt.in) {
+			assert.Contains(t, err.Error(), tt.want, tt.in)
+		}
+	}
+}
+
+// TestHomesDirectoryRealServer runs the directory against a real Valkey or
+// Redis server (redis-server or valkey-server on PATH; install with
+// `apt-get install redis-server`, 7.0 or later): two routers' strategies
+// share it, place new prefixes by their own load and agree on every one.
+// It is skipped when no server is installed.
+func TestHomesDirectoryRealServer(t *testing.T) {
+	bin := ""
+	for _, b := range []string{"valkey-server", "redis-server"} {
+		if p, err := exec.LookPath(b); err == nil {
+			bin = p
+			break
+		}
+	}
+	if bin == "" {
+		t.Skip("no valkey-server or redis-server on PATH (apt-get install redis-server)")
+	}
+	port, err := netx.FreePort()
+	require.NoError(t, err)
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	p, err := proc.Start(cmd, "")
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Stop(2 * time.Second) })
+	url := fmt.Sprintf("redis://127.0.0.1:%d", port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "server did not listen")
+		time.Sleep(50 * time.Millisecond)
+	}
+	cfg := HomesDirectoryConfig{URL: url, KeyPrefix: "it:", TTL: caddy.Duration(time.Minute), Timeout: caddy.Duration(time.Second)}
+	da, err := newRedisHomes(cfg, nil)
+	require.NoError(t, err)
+	db, err := newRedisHomes(cfg, nil)
+	require.NoError(t, err)
+	a, err := policies.NewStrategy("prefix_load", policies.Options{Peers: policies.PeersSome, Directory: da})
+	require.NoError(t, err)
+	b, err := policies.NewStrategy("prefix_load", policies.Options{Peers: policies.PeersSome, Directory: db})
+	require.NoError(t, err)
+	view := func(shift int) []policies.Replica {
+		rs := make([]policies.Replica, 4)
+		for i := range rs {
+			rs[i] = policies.Replica{Addr: fmt.Sprintf("10.0.0.%d:8000", i+1), EngineWaiting: -1, EngineRunning: -1, KVUsage: -1,
+				PendingPrefill: ((i + shift) % 4) * 10000}
+		}
+		return rs
+	}
+	ra, rb := view(0), view(2) // a's least loaded is replica 0, b's is replica 2
+	agreed, byLoad := 0, 0
+	for k := uint64(1); k <= 100; k++ {
+		keys := policies.Keys{Leading: k * 7919, Blocks: []uint64{k}, LeadingBlocks: 1, Bytes: 4000}
+		pa := a.Pick(keys, ra)
+		pb := b.Pick(keys, rb)
+		require.Equal(t, pa, pb, "key %d", k)
+		agreed++
+		if pa == 0 {
+			byLoad++
+		}
+	}
+	assert.Equal(t, 100, agreed)
+	assert.Equal(t, 100, byLoad, "every new prefix went where the first router's load put it")
+}

@@ -1,0 +1,61 @@
+package caddymodule
+
+import (
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmroute/caddy-llmroute/policies"
+)
+
+// TestPrefixLoadOptions parses and sets up prefix_load's cold-placement
+// options: each lands in the strategy's options, and bad values are
+// refused with the option's name.
+func TestPrefixLoadOptions(t *testing.T) {
+	var p LLMSelection
+	require.NoError(t, p.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm {
+		peers some
+		cold_slack 1.5
+		index_answers off
+	}`)))
+	assert.Equal(t, "some", p.Peers)
+	assert.Equal(t, 1.5, p.ColdSlack)
+	require.NotNil(t, p.IndexAnswers)
+	assert.False(t, *p.IndexAnswers)
+	require.NoError(t, p.setup())
+	require.NoError(t, p.Validate())
+	assert.Equal(t, policies.PeersSome, p.opts.Peers)
+	assert.Equal(t, 1.5, p.opts.ColdSlack)
+	assert.False(t, p.rules.indexAnswers)
+
+	var d LLMSelection
+	require.NoError(t, d.setup())
+	assert.Equal(t, policies.PeersAuto, d.opts.Peers, "default: inferred")
+	assert.Equal(t, policies.DefaultColdSlack, d.opts.ColdSlack)
+	assert.Zero(t, d.opts.ColdChoices, "default: the adaptive cold rule")
+	assert.True(t, d.rules.indexAnswers, "default: answers are indexed")
+
+	var off LLMSelection
+	require.NoError(t, off.UnmarshalCaddyfile(caddyfile.NewTestDispenser("llm {\n cold_slack -1\n index_answers\n}")))
+	assert.Equal(t, -1.0, off.ColdSlack)
+	require.NotNil(t, off.IndexAnswers)
+	assert.True(t, *off.IndexAnswers)
+	require.NoError(t, off.setup())
+	assert.Zero(t, off.opts.ColdSlack, "no slack")
+
+	for _, tt := range []struct{ in, want string }{
+		{"llm {\n peers\n}", "wrong argument count"},
+		{"llm {\n cold_slack lots\n}", "cold_slack"},
+		{"llm {\n index_answers maybe\n}", "index_answers"},
+	} {
+		var p LLMSelection
+		err := p.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tt.in))
+		if assert.Error(t, err, tt.in) {
+			assert.Contains(t, err.Error(), tt.want, tt.in)
+		}
+	}
+	bad := LLMSelection{Peers: "many", BalanceFactor: 1.5}
+	assert.ErrorContains(t, bad.Validate(), "peers")
+}

@@ -1,0 +1,180 @@
+package policies
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Homes: where a prefix lives once its first request has been placed.
+//
+// prefix_load places a new prefix by load (its first request is a cold
+// prefill wherever it goes, so it goes where that prefill waits least) and
+// remembers the choice as the prefix's home. Later requests that find no
+// believed-resident prefix (the index forgot it, or another router placed
+// it) go home, and so do requests that match only the prefix's shared
+// leading part. A one-off document is thus spread like least-loaded
+// traffic, and a reusable system prompt settles where its first request
+// went.
+//
+// A router's own table is the truth only when it is the only router:
+// several instances each remember their own first placements, which differ.
+// With peers and no shared Directory, prefix_load falls back to the
+// rendezvous home, which every instance computes alike.
+
+// Directory is a table of homes that several router instances share, so
+// that they agree on where a prefix placed by load lives. Implementations
+// must be safe for concurrent use and must answer quickly: Pick calls Home
+// for requests that match no believed-resident prefix or only its leading
+// part, and Claim once per prefix it takes for new. An implementation
+// backed by a remote store answers Home from what it has learnt (no round
+// trip), spends one round trip per Claim, and says when the store could
+// not answer rather than waiting for it.
+type Directory interface {
+	// Home returns the address recorded as key's home, if known.
+	Home(key uint64) (addr string, ok bool)
+	// Claim records addr as key's home unless a home is already recorded,
+	// and returns the recorded home (addr when this call recorded it);
+	// ok is false when the directory could not answer, and prefix_load
+	// then places the prefix as it would with no directory.
+	Claim(key uint64, addr string) (home string, ok bool)
+}
+
+// homeTableBits sizes a router's own home table: 32,768 slots (about 768
+// KiB). It is direct-mapped: a key keeps its slot until another key hashes
+// there, so it survives about 32,768 newer prefixes (an hour and a half of
+// one-off documents at 6 per second).
+const homeTableBits = 15
+
+// HomeTable is a router's own table of homes: a bounded, direct-mapped
+// Directory. It is safe for concurrent use, costs one lock per call and
+// never allocates.
+type HomeTable struct {
+	mu    sync.Mutex
+	slots []homeSlot
+}
+
+type homeSlot struct {
+	key  uint64
+	addr string
+}
+
+// NewHomeTable returns an empty table of 1<<bits slots (bits < 1 selects
+// the default, 32,768 slots).
+func NewHomeTable(bits int) *HomeTable {
+	if bits < 1 {
+		bits = homeTableBits
+	}
+	return &HomeTable{slots: make([]homeSlot, 1<<bits)}
+}
+
+func (t *HomeTable) slot(key uint64) *homeSlot {
+	return &t.slots[mix64(key)&uint64(len(t.slots)-1)]
+}
+
+// Home returns key's recorded home.
+func (t *HomeTable) Home(key uint64) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.slot(key)
+	if s.key != key || s.addr == "" {
+		return "", false
+	}
+	return s.addr, true
+}
+
+// Claim records addr as key's home unless one is recorded (a key that
+// lost its slot to another is not recorded any more) and returns the
+// recorded home; it always answers.
+func (t *HomeTable) Claim(key uint64, addr string) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.slot(key)
+	if s.key == key && s.addr != "" {
+		return s.addr, true
+	}
+	*s = homeSlot{key: key, addr: addr}
+	return addr, true
+}
+
+// Learn records addr as key's home, replacing what was recorded: for a
+// cache of a shared directory's answers.
+func (t *HomeTable) Learn(key uint64, addr string) {
+	t.mu.Lock()
+	*t.slot(key) = homeSlot{key: key, addr: addr}
+	t.mu.Unlock()
+}
+
+// PeerMode says whether other clients (router instances) send to the same
+// replicas.
+type PeerMode int
+
+const (
+	// PeersAuto infers it from the engines' metrics: an engine that runs
+	// and queues well more requests than this router has in flight there
+	// serves others too (peerSense). Until the metrics say, and when
+	// there are none, it assumes peers.
+	PeersAuto PeerMode = iota
+	// PeersNone: this router is the engines' only client.
+	PeersNone
+	// PeersSome: other router instances (or clients) share the engines.
+	PeersSome
+)
+
+// peerSense infers from the Replica views it is shown whether other
+// clients load the engines. With one router, an engine's running plus
+// waiting count, sampled up to a scrape interval ago, is about what the
+// router has in flight there now; with n routers about n times that. Each
+// view is one piece of evidence; a score with hysteresis turns them into a
+// stable answer, and views where the two counts are too small to tell
+// apart (fewer than 4 in flight) count for nothing.
+type peerSense struct {
+	score atomic.Int32
+	peers atomic.Bool
+}
+
+const (
+	peerScoreMax = 64
+	peerScoreOn  = 48 // peers from here up
+	peerScoreOff = 16 // no peers from here down
+)
+
+func newPeerSense() *peerSense {
+	p := &peerSense{}
+	p.score.Store(peerScoreMax / 2)
+	p.peers.Store(true)
+	return p
+}
+
+// observe weighs one view.
+func (p *peerSense) observe(replicas []Replica) {
+	eng, own, known := 0, 0, false
+	for i := range replicas {
+		r := &replicas[i]
+		if r.EngineRunning < 0 {
+			continue
+		}
+		known = true
+		eng += r.EngineRunning + max(r.EngineWaiting, 0)
+		own += r.InFlight
+	}
+	if !known {
+		return
+	}
+	var d int32
+	switch {
+	case 2*eng >= 3*own+4: // at least 1.5x what this router sent, and 2 more
+		d = 1
+	case own >= 4 && 4*eng <= 5*own: // within 1.25x
+		d = -1
+	default:
+		return
+	}
+	sc := min(max(p.score.Add(d), 0), peerScoreMax)
+	p.score.Store(sc)
+	switch {
+	case sc >= peerScoreOn:
+		p.peers.Store(true)
+	case sc <= peerScoreOff:
+		p.peers.Store(false)
+	}
+}

@@ -1,0 +1,247 @@
+package policies
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestHomeTable(t *testing.T) {
+	h := NewHomeTable(4) // 16 slots
+	_, ok := h.Home(1)
+	assert.False(t, ok, "empty table")
+	claim := func(k uint64, addr string) string {
+		got, ok := h.Claim(k, addr)
+		require.True(t, ok, "a local table always answers")
+		return got
+	}
+	assert.Equal(t, "a:1", claim(1, "a:1"))
+	assert.Equal(t, "a:1", claim(1, "b:1"), "the first claim wins")
+	got, ok := h.Home(1)
+	assert.True(t, ok)
+	assert.Equal(t, "a:1", got)
+
+	// A key that lands on a taken slot takes it over: the table forgets
+	// the older key rather than growing.
+	taken := uint64(0)
+	for k := uint64(2); k < 1000; k++ {
+		if h.slot(k) == h.slot(1) {
+			taken = k
+			break
+		}
+	}
+	require.NotZero(t, taken, "no key shares key 1's slot among 998")
+	assert.Equal(t, "c:1", claim(taken, "c:1"))
+	_, ok = h.Home(1)
+	assert.False(t, ok, "the older key lost its slot")
+	got, _ = h.Home(taken)
+	assert.Equal(t, "c:1", got)
+	h.Learn(taken, "d:1")
+	got, _ = h.Home(taken)
+	assert.Equal(t, "d:1", got, "learning replaces")
+}
+
+// downDirectory is a shared directory that never answers.
+type downDirectory struct{ claims int }
+
+func (d *downDirectory) Home(uint64) (string, bool) { return "", false }
+func (d *downDirectory) Claim(uint64, string) (string, bool) {
+	d.claims++
+	return "", false
+}
+
+// TestPrefixLoadDirectoryDown proves that when the shared directory does
+// not answer, a new prefix is placed as with no directory: with peers, at
+// its rendezvous home within the slack, not by this router's load alone.
+func TestPrefixLoadDirectoryDown(t *testing.T) {
+	d := &downDirectory{}
+	s := mustStrategy(t, "prefix_load", Options{Peers: PeersSome, Directory: d})
+	rs := replicas(6)
+	keys := Keys{Leading: 4242, Blocks: []uint64{21, 22}, LeadingBlocks: 1, Bytes: 2000}
+	rank := ranked(keys.Leading, rs)
+	rs[rank[0]].PendingPrefill = 500 // within half of 2000
+	assert.Equal(t, rank[0], s.Pick(keys, rs), "directory down: the rendezvous home")
+	assert.Equal(t, 1, d.claims)
+	rs[rank[0]].PendingPrefill = 1500
+	assert.NotEqual(t, rank[0], s.Pick(keys, rs), "past the slack: by load")
+}
+
+func TestHomeKey(t *testing.T) {
+	assert.Equal(t, uint64(7), HomeKey(Keys{Leading: 7, Blocks: []uint64{1, 2}, LeadingBlocks: 1}), "a leading run: the leading key")
+	assert.Equal(t, uint64(1), HomeKey(Keys{Leading: 7, Blocks: []uint64{1, 2}}), "no leading block: the first block")
+	assert.Equal(t, uint64(7), HomeKey(Keys{Leading: 7}), "no block at all: the leading key")
+}
+
+// senseViews feeds p n views of one replica where this router has own in
+// flight and the engine reports eng running.
+func senseViews(p *peerSense, n, own, eng int) {
+	rs := replicas(1)
+	for i := range rs {
+		rs[i].InFlight, rs[i].EngineRunning, rs[i].EngineWaiting = own, eng, 0
+	}
+	for range n {
+		p.observe(rs)
+	}
+}
+
+func TestPeerSense(t *testing.T) {
+	p := newPeerSense()
+	assert.True(t, p.peers.Load(), "peers assumed until the metrics say otherwise")
+
+	senseViews(p, 1000, 5, -1)
+	assert.True(t, p.peers.Load(), "no engine metrics: no evidence")
+	senseViews(p, 1000, 3, 3)
+	senseViews(p, 1000, 3, 5)
+	assert.True(t, p.peers.Load(), "too little in flight to tell")
+	senseViews(p, 15, 5, 5)
+	assert.True(t, p.peers.Load(), "a few views do not flip it")
+	senseViews(p, 1, 5, 5)
+	assert.False(t, p.peers.Load(), "engines run what this router sent: no peers")
+	senseViews(p, 1000, 5, 6)
+	assert.False(t, p.peers.Load(), "a little more than sent (staleness): still none")
+
+	// Two routers: the engines run twice what this one sent.
+	senseViews(p, 47, 5, 10)
+	assert.False(t, p.peers.Load(), "hysteresis: 47 views are not enough to turn it on")
+	senseViews(p, 1, 5, 10)
+	assert.True(t, p.peers.Load(), "peers")
+	senseViews(p, 1000, 10, 10)
+	assert.False(t, p.peers.Load(), "back to one router")
+}
+
+// TestPrefixLoadNewPrefixAlone proves a lone router's cold rules: a new
+// prefix goes where the least prefill is pending, that replica becomes its
+// home, and the prefix's later requests that match nothing or only its
+// leading run go there; a match beyond the leading run follows the index.
+func TestPrefixLoadNewPrefixAlone(t *testing.T) {
+	s := mustStrategy(t, "prefix_load", Options{Peers: PeersNone})
+	rs := replicas(6)
+	keys := Keys{Leading: 4242, Blocks: []uint64{21, 22, 23, 24}, LeadingBlocks: 2, Bytes: 600, BlockBytes: 128}
+	rank := ranked(keys.Leading, rs)
+	for i := range rs {
+		rs[i].PendingPrefill = 5000
+	}
+	rs[rank[3]].PendingPrefill = 100
+	rs[rank[4]].PendingPrefill = 100
+	rs[rank[4]].InFlight = 1
+	assert.Equal(t, rank[3], s.Pick(keys, rs), "least pending prefill, then least load")
+
+	for i := range rs {
+		rs[i].PendingPrefill, rs[i].InFlight = 0, 0
+	}
+	assert.Equal(t, rank[3], s.Pick(keys, rs), "no match anywhere: its home, not the rendezvous one")
+	rs[rank[0]].Index.Insert(keys.Blocks[:2])
+	assert.Equal(t, rank[3], s.Pick(keys, rs), "a match of the leading run alone: its home")
+	rs[rank[1]].Index.Insert(keys.Blocks[:3])
+	assert.Equal(t, rank[1], s.Pick(keys, rs), "a match beyond the leading run: the index")
+
+	// A home over the cold bound is not followed.
+	rs[rank[1]].Index.Purge()
+	rs[rank[0]].Index.Purge()
+	for i := range rs {
+		rs[i].InFlight = 2
+	}
+	rs[rank[3]].InFlight = 40 // cold bound ceil(3*51/6)+2 = 28
+	assert.Equal(t, rank[0], s.Pick(keys, rs), "home past the cold bound: the rendezvous home")
+
+	// Equal pending prefill and load: the new prefix goes to the higher rank.
+	other := Keys{Leading: 99, Blocks: []uint64{31}, LeadingBlocks: 1}
+	fresh := replicas(6)
+	assert.Equal(t, ranked(other.Leading, fresh)[0], s.Pick(other, fresh))
+}
+
+// TestPrefixLoadNewPrefixWithPeers proves the rules with peers and no
+// shared directory: a new prefix goes to its rendezvous home unless that
+// has more prefill pending than the least by over ColdSlack times the
+// prefix's own prompt, and
+// when it comes back, or matches only its leading run, it goes to the
+// rendezvous home whatever this router did the first time.
+func TestPrefixLoadNewPrefixWithPeers(t *testing.T) {
+	s := mustStrategy(t, "prefix_load", Options{Peers: PeersSome, ColdSlack: 0.5})
+	rs := replicas(6)
+	keys := Keys{Leading: 4242, Blocks: []uint64{21, 22, 23, 24}, LeadingBlocks: 2, Bytes: 2000}
+	rank := ranked(keys.Leading, rs)
+	rs[rank[0]].PendingPrefill = 1000
+	assert.Equal(t, rank[0], s.Pick(keys, rs), "home within the slack")
+	other := Keys{Leading: 777, Blocks: []uint64{41, 42}, LeadingBlocks: 1, Bytes: 2000}
+	orank := ranked(other.Leading, rs)
+	for i := range rs {
+		rs[i].PendingPrefill = 0
+	}
+	rs[orank[0]].PendingPrefill = 1001
+	rs[orank[2]].PendingPrefill = 0
+	for _, i := range []int{orank[1], orank[3], orank[4], orank[5]} {
+		rs[i].PendingPrefill = 10
+	}
+	assert.Equal(t, orank[2], s.Pick(other, rs), "home past the slack: the least pending")
+	assert.Equal(t, orank[0], s.Pick(other, rs), "it came back: the rendezvous home, not the first placement")
+	rs[orank[2]].Index.Insert(other.Blocks[:1])
+	assert.Equal(t, orank[0], s.Pick(other, rs), "a leading-run match where it was placed by load: the rendezvous home")
+	third := Keys{Leading: 31337, Blocks: []uint64{51, 52}, LeadingBlocks: 1, Bytes: 2000}
+	trank := ranked(third.Leading, rs)
+	rs[trank[3]].Index.Insert(third.Blocks[:1])
+	assert.Equal(t, trank[3], s.Pick(third, rs), "a leading-run match this router did not place by load stays")
+	rs[orank[2]].Index.Insert(other.Blocks)
+	assert.Equal(t, orank[2], s.Pick(other, rs), "a match beyond the leading run: the index")
+}
+
+// TestPrefixLoadSharedDirectory runs two router instances with peers and
+// one shared Directory over different load views: each new prefix goes
+// where the first instance to see it placed it by load, so the second
+// agrees on its first placement even when its own view would choose
+// elsewhere.
+func TestPrefixLoadSharedDirectory(t *testing.T) {
+	dir := NewHomeTable(0)
+	a := mustStrategy(t, "prefix_load", Options{Seed: 1, Peers: PeersSome, Directory: dir})
+	b := mustStrategy(t, "prefix_load", Options{Seed: 2, Peers: PeersSome, Directory: dir})
+	ra, rb := replicas(8), replicas(8)
+	for i := range ra {
+		ra[i].PendingPrefill = (i * 37 % 8) * 1000
+		rb[i].PendingPrefill = ((7 - i) * 53 % 8) * 1000
+	}
+	followed, ownChoiceDiffers := 0, 0
+	for k := uint64(1); k <= 200; k++ {
+		keys := Keys{Leading: mix64(k), Blocks: []uint64{mix64(k + 1e6)}, LeadingBlocks: 1}
+		pa := a.Pick(keys, ra)
+		alone := mustStrategy(t, "prefix_load", Options{Peers: PeersNone}).Pick(keys, rb)
+		pb := b.Pick(keys, rb)
+		require.Equal(t, pa, pb, "key %d", k)
+		followed++
+		if alone != pa {
+			ownChoiceDiffers++
+		}
+	}
+	t.Logf("%d keys followed, %d where b alone would have chosen otherwise", followed, ownChoiceDiffers)
+	assert.GreaterOrEqual(t, ownChoiceDiffers, 100, "the views must disagree for agreement to mean something")
+}
+
+// TestPrefixLoadNewPrefixSpreads sends one-off prefixes to a lone router,
+// each adding its prompt to the chosen replica's pending prefill until its
+// first byte (two decisions later): they spread evenly, where rendezvous
+// homes would have piled some on one replica.
+func TestPrefixLoadNewPrefixSpreads(t *testing.T) {
+	s := mustStrategy(t, "prefix_load", Options{Peers: PeersNone})
+	rs := replicas(4)
+	counts := make([]int, len(rs))
+	var pending [][2]int // replica, bytes
+	for k := uint64(1); k <= 400; k++ {
+		if len(pending) == 2 {
+			rs[pending[0][0]].PendingPrefill -= pending[0][1]
+			pending = pending[1:]
+		}
+		keys := Keys{Leading: mix64(k), Blocks: []uint64{mix64(k + 1e6)}, LeadingBlocks: 1, Bytes: 8000}
+		p := s.Pick(keys, rs)
+		require.GreaterOrEqual(t, p, 0)
+		counts[p]++
+		rs[p].PendingPrefill += 8000
+		pending = append(pending, [2]int{p, 8000})
+		for i := range rs {
+			require.LessOrEqual(t, rs[i].PendingPrefill, 8000, "two pending prompts on one replica of four: %v", fmt.Sprint(counts))
+		}
+	}
+	for i, c := range counts {
+		assert.InDelta(t, 100, c, 25, "replica %d got %d of 400", i, c)
+	}
+}

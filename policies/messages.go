@@ -1,0 +1,312 @@
+package policies
+
+import (
+	"encoding/json"
+	"strings"
+)
+
+// Anthropic's Messages API (/v1/messages, which vLLM, SGLang and llama.cpp
+// serve beside the OpenAI API) keys like chat: a body is converted into the
+// chat messages an OpenAI client would send for the same conversation and
+// keyed by keysChat, so that the same system prompt, tools and turns give
+// the same leading key and block chain whether they came as chat,
+// responses or messages, and affinity survives a client switching API.
+//
+// The conversion, in the way engines convert it themselves:
+//   - system (a string, or text blocks) is a leading system message; text
+//     blocks are the parts of its content (joined like chat's parts);
+//   - text blocks are text parts; an image is chat's image_url part, a
+//     base64 source as the data URL an OpenAI client would send;
+//   - an assistant's tool_use blocks are its tool_calls (id, name, and the
+//     input's compacted JSON as arguments);
+//   - each tool_result block is a "tool" message with its tool_use_id,
+//     placed before the rest of its message (the order Anthropic requires
+//     and engines keep), and a message of tool results only leaves no
+//     message of its own;
+//   - any other block (thinking, document, server tools) is a part of its
+//     own type with whichever of its known fields it has;
+//   - cache_control marks, citations and is_error are not rendered: they
+//     do not change what a chat client would send.
+
+// Reasons Parse gives for Anthropic bodies, besides the shared ones.
+const (
+	NoPrefixSystemShape = "system has an unexpected shape"
+	NoPrefixCountTokens = "token count only"
+)
+
+// messagesBody is a /v1/messages (or count_tokens) body. Messages that is
+// not an array of objects surfaces as an UnmarshalTypeError on "messages".
+type messagesBody struct {
+	commonBody
+	System   blocks             `json:"system"`
+	Messages []anthropicMessage `json:"messages"`
+}
+
+// anthropicMessage is one element of messages.
+type anthropicMessage struct {
+	Role    jsonText `json:"role"`
+	Content blocks   `json:"content"`
+}
+
+// blocks is an Anthropic content: a string or an array of content blocks.
+// Any other value (or an array that does not decode as blocks) is
+// shapeOther.
+type blocks struct {
+	text string
+	list []block
+	kind shape
+}
+
+func (b *blocks) UnmarshalJSON(data []byte) error {
+	*b = blocks{kind: shapeOther}
+	switch {
+	case isNull(data):
+		b.kind = shapeAbsent
+	case data[0] == '"':
+		if decodeString(data, &b.text) {
+			b.kind = shapeString
+		}
+	case data[0] == '[':
+		if json.Unmarshal(data, &b.list) == nil {
+			b.kind = shapeArray
+		} else {
+			b.list = nil
+		}
+	}
+	return nil
+}
+
+// block is one content block; which fields it has depends on its type.
+type block struct {
+	Type      jsonText    `json:"type"`
+	Text      jsonText    `json:"text"`
+	ID        jsonText    `json:"id"`
+	Name      jsonText    `json:"name"`
+	Input     rawField    `json:"input"`
+	ToolUseID jsonText    `json:"tool_use_id"`
+	Content   blocks      `json:"content"`
+	Source    blockSource `json:"source"`
+	Title     jsonText    `json:"title"`
+	Context   jsonText    `json:"context"`
+	Thinking  jsonText    `json:"thinking"`
+	Signature jsonText    `json:"signature"`
+	Data      jsonText    `json:"data"`
+}
+
+// blockSource is an image's or a document's source.
+type blockSource struct {
+	Type      jsonText `json:"type"`
+	MediaType jsonText `json:"media_type"`
+	Data      jsonText `json:"data"`
+	URL       jsonText `json:"url"`
+	FileID    jsonText `json:"file_id"`
+}
+
+// parseMessages fills req from a /v1/messages or count_tokens body.
+func parseMessages(req *Request, body []byte, cfg ParseConfig) error {
+	var b messagesBody
+	bad, err := decode(body, &b, &b.commonBody, req)
+	switch {
+	case err != nil:
+		return err
+	case req.Endpoint == EndpointCountTokens:
+		// Counting tokens prefills nothing: no cache to follow.
+		req.NoPrefix = NoPrefixCountTokens
+	case bad == "messages":
+		req.NoPrefix = NoPrefixMessagesShape
+	case bad != "":
+		req.NoPrefix = NoPrefixBodyShape
+	default:
+		msgs, reason := chatOfMessages(&b)
+		if reason != "" {
+			req.NoPrefix = reason
+			return nil
+		}
+		chat := chatBody{commonBody: b.commonBody, Messages: msgs}
+		keysChat(req, &chat, cfg, len(body))
+	}
+	return nil
+}
+
+// chatOfMessages converts an Anthropic body into chat messages, or returns
+// the reason it has no prefix.
+func chatOfMessages(b *messagesBody) ([]chatMessage, string) {
+	if b.System.kind == shapeOther {
+		return nil, NoPrefixSystemShape
+	}
+	if len(b.Messages) == 0 {
+		return nil, NoPrefixNoMessages
+	}
+	for i := range b.Messages {
+		m := &b.Messages[i]
+		if m.Role.str() == "" {
+			return nil, NoPrefixRoleShape
+		}
+		if !m.Content.valid() {
+			return nil, NoPrefixContentShape
+		}
+	}
+	if !b.System.valid() {
+		return nil, NoPrefixSystemShape
+	}
+
+	msgs := make([]chatMessage, 0, len(b.Messages)+1)
+	switch sys := &b.System; {
+	case sys.kind == shapeString && sys.text != "":
+		msgs = append(msgs, chatMessage{Role: textField("system"), Content: content{text: sys.text, kind: shapeString}})
+	case sys.kind == shapeArray && len(sys.list) > 0:
+		msgs = append(msgs, chatMessage{Role: textField("system"), Content: partsOf(sys.list)})
+	}
+	for i := range b.Messages {
+		msgs = appendMessage(msgs, &b.Messages[i])
+	}
+	return msgs, ""
+}
+
+// valid reports whether a content and every block in it (tool results'
+// contents included) has a shape the conversion knows: a string, nothing,
+// or blocks each with a type.
+func (b *blocks) valid() bool {
+	switch b.kind {
+	case shapeOther:
+		return false
+	case shapeArray:
+		for i := range b.list {
+			if b.list[i].Type.str() == "" || !b.list[i].Content.valid() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// textField makes a string field.
+func textField(s string) jsonText { return jsonText{s: s, kind: shapeString} }
+
+// appendMessage appends the chat messages of one Anthropic message: its
+// tool results as tool messages, then the message itself unless it held
+// tool results only.
+func appendMessage(msgs []chatMessage, m *anthropicMessage) []chatMessage {
+	if m.Content.kind != shapeArray {
+		c := content{text: m.Content.text, kind: m.Content.kind}
+		return append(msgs, chatMessage{Role: m.Role, Content: c})
+	}
+	var parts []contentPart
+	var calls []toolCall
+	results := 0
+	for i := range m.Content.list {
+		bl := &m.Content.list[i]
+		switch bl.Type.s {
+		case "tool_result":
+			results++
+			msgs = append(msgs, chatMessage{Role: textField("tool"), ToolCallID: bl.ToolUseID, Content: contentOf(&bl.Content)})
+		case "tool_use":
+			var tc toolCall
+			tc.ID = bl.ID
+			tc.Function.Name = bl.Name
+			if bl.Input != nil {
+				tc.Function.Arguments = jsonText{raw: appendCompact(nil, bl.Input), kind: shapeOther}
+			}
+			calls = append(calls, tc)
+		default:
+			parts = append(parts, partOf(bl))
+		}
+	}
+	if results > 0 && len(parts) == 0 && len(calls) == 0 {
+		return msgs
+	}
+	msg := chatMessage{Role: m.Role, ToolCalls: toolCalls{calls: calls}}
+	if len(parts) > 0 || results == 0 && len(calls) == 0 {
+		msg.Content = content{parts: parts, kind: shapeArray}
+	}
+	return append(msgs, msg)
+}
+
+// contentOf converts a tool result's content.
+func contentOf(b *blocks) content {
+	switch b.kind {
+	case shapeString:
+		return content{text: b.text, kind: shapeString}
+	case shapeArray:
+		return partsOf(b.list)
+	}
+	return content{}
+}
+
+// partsOf converts blocks that are parts of one content.
+func partsOf(list []block) content {
+	parts := make([]contentPart, 0, len(list))
+	for i := range list {
+		parts = append(parts, partOf(&list[i]))
+	}
+	return content{parts: parts, kind: shapeArray}
+}
+
+// partOf converts one block into the chat part it stands for.
+func partOf(bl *block) contentPart {
+	switch t := bl.Type.s; t {
+	case "text":
+		return contentPart{Type: bl.Type, Text: bl.Text}
+	case "image":
+		src := &bl.Source
+		switch src.Type.str() {
+		case "url":
+			return contentPart{Type: textField("image_url"), ImageURL: imageURL{url: src.URL}}
+		case "base64":
+			url := "data:" + src.MediaType.str() + ";base64," + src.Data.str()
+			return contentPart{Type: textField("image_url"), ImageURL: imageURL{url: textField(url)}}
+		}
+	}
+	return contentPart{Type: bl.Type, Text: textField(blockFields(bl))}
+}
+
+// blockFields renders the known fields of a block of another type, as
+// renderPart renders a part's fields: "<|name|>value\n" for each present.
+func blockFields(bl *block) string {
+	var w strings.Builder
+	f := func(name string, v *jsonText) {
+		switch v.kind {
+		case shapeString:
+			w.WriteString("<|" + name + "|>")
+			w.WriteString(v.s)
+			w.WriteString("\n")
+		case shapeOther:
+			w.WriteString("<|" + name + "|>")
+			w.Write(v.raw)
+			w.WriteString("\n")
+		}
+	}
+	f("id", &bl.ID)
+	f("name", &bl.Name)
+	f("tool_use_id", &bl.ToolUseID)
+	f("text", &bl.Text)
+	f("thinking", &bl.Thinking)
+	f("signature", &bl.Signature)
+	f("data", &bl.Data)
+	f("title", &bl.Title)
+	f("context", &bl.Context)
+	if bl.Input != nil {
+		w.WriteString("<|input|>")
+		w.Write(bl.Input)
+		w.WriteString("\n")
+	}
+	src := &bl.Source
+	f("source_type", &src.Type)
+	f("media_type", &src.MediaType)
+	f("source_data", &src.Data)
+	f("url", &src.URL)
+	f("file_id", &src.FileID)
+	switch bl.Content.kind {
+	case shapeString:
+		w.WriteString("<|content|>")
+		w.WriteString(bl.Content.text)
+		w.WriteString("\n")
+	case shapeArray:
+		for i := range bl.Content.list {
+			c := &bl.Content.list[i]
+			w.WriteString("<|" + c.Type.s + "|>\n")
+			w.WriteString(blockFields(c))
+		}
+	}
+	return w.String()
+}
