@@ -61,7 +61,7 @@ func plotTTFT(path string, rec *Record) error {
 func plotGoodput(path string, rec *Record) error {
 	p := plot.New()
 	p.Title.Text = "Critical goodput (TTFT <= 1 s) under sheddable load"
-	p.X.Label.Text = "sheddable offered load (req/s; the pool completes ~13)"
+	p.X.Label.Text = "sheddable offered load (req/s; the pool completes ~11)"
 	p.Y.Label.Text = "critical goodput (req/s; offered 8)"
 	p.Legend.Top = true
 	p.Legend.Left = false
