@@ -213,9 +213,19 @@ type usageDoc struct {
 		PromptTokensDetails *struct {
 			CachedTokens int `json:"cached_tokens"`
 		} `json:"prompt_tokens_details"`
+		// InputTokensDetails is the Responses API's (with input_tokens,
+		// which there counts the cached tokens too).
+		InputTokensDetails *struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"input_tokens_details"`
 		anthropicUsage
 		tokenCounts
 	} `json:"usage"`
+	// Response is a Responses API event's response (response.completed
+	// carries the usage).
+	Response *struct {
+		Usage *responsesUsage `json:"usage"`
+	} `json:"response"`
 	// Type and Message are Anthropic's: an event's type, and message_start's
 	// message, which carries the usage.
 	Type    string `json:"type"`
@@ -240,6 +250,11 @@ func (s *usageSniffer) read(doc []byte) bool {
 	switch {
 	case u.Usage != nil && u.Usage.PromptTokensDetails != nil:
 		s.found, s.cached, s.promptTokens = true, u.Usage.PromptTokensDetails.CachedTokens, u.Usage.PromptTokens
+	case u.Usage != nil && u.Usage.InputTokensDetails != nil:
+		s.found, s.cached, s.promptTokens = true, u.Usage.InputTokensDetails.CachedTokens, u.Usage.InputTokens
+	case u.Response != nil && u.Response.Usage != nil && u.Response.Usage.InputTokensDetails != nil:
+		ru := u.Response.Usage
+		s.found, s.cached, s.promptTokens = true, ru.InputTokensDetails.CachedTokens, ru.InputTokens
 	case u.Timings != nil && u.Timings.CacheN != nil:
 		s.found, s.cached, s.promptTokens = true, *u.Timings.CacheN, *u.Timings.CacheN+u.Timings.PromptN
 	case u.TokensCached != nil:
@@ -258,6 +273,15 @@ func (s *usageSniffer) read(doc []byte) bool {
 	// A typed event (Anthropic's, the Responses API's) is never a usage chunk
 	// to strip.
 	return u.Usage != nil && u.Type == "" && (u.Choices == nil || len(*u.Choices) == 0)
+}
+
+// responsesUsage is the usage of the Responses API: input_tokens counts
+// every prompt token, cached ones included.
+type responsesUsage struct {
+	InputTokens        int `json:"input_tokens"`
+	InputTokensDetails *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
 }
 
 // anthropicUsage is the usage of Anthropic's Messages API (in a JSON answer,

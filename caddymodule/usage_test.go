@@ -49,6 +49,8 @@ func TestUsageSnifferShapes(t *testing.T) {
 		{"llama.cpp timings", "application/json", `{"choices":[],"timings":{"cache_n":40,"prompt_n":10}}`, 40, 50, true},
 		{"llama.cpp native", "application/json", `{"content":"x","tokens_cached":12,"tokens_evaluated":20}`, 12, 20, true},
 		{"no details", "application/json", `{"usage":{"prompt_tokens":50}}`, 0, 50, false},
+		{"responses json", "application/json", `{"id":"resp_1","object":"response","usage":{"input_tokens":80,"input_tokens_details":{"cached_tokens":64},"output_tokens":4}}`, 64, 80, true},
+		{"responses stream", "text/event-stream", "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_2\"}}\n\nevent: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_2\",\"usage\":{\"input_tokens\":90,\"input_tokens_details\":{\"cached_tokens\":48}}}}\n\n", 48, 90, true},
 		{"not json", "text/plain", `hello`, 0, 0, false},
 	}
 	for _, c := range cases {
