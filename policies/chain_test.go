@@ -60,7 +60,6 @@ func TestChainIsolation(t *testing.T) {
 		{"other deployment", mustParse(t, chat, body("", "m"), ParseConfig{Deployment: "d2"})},
 		{"other model", mustParse(t, chat, body("", "m2"), ParseConfig{Deployment: "d"})},
 		{"cache salt", mustParse(t, chat, body(`,"cache_salt":"tenant-a"`, "m"), ParseConfig{Deployment: "d"})},
-		{"tools", mustParse(t, chat, body(`,"tools":[{"type":"function","function":{"name":"f"}}]`, "m"), ParseConfig{Deployment: "d"})},
 	}
 	// 1,100 bytes of prompt: blocks whose isolation the subtests check.
 	require.GreaterOrEqual(t, len(base.Keys.Blocks), 8)
@@ -102,4 +101,31 @@ func TestChainBlockSizes(t *testing.T) {
 		req := mustParse(t, "/v1/completions", `{"model":"m","prompt":"`+p+`"}`, ParseConfig{BlockSize: bs, MaxBlocks: 1 << 20})
 		assert.Len(t, req.Keys.Blocks, 1024/bs, "block size %d", bs)
 	}
+}
+
+// TestToolsFollowTheSystemPrompt proves where tools go: out of the leading
+// key and into the chain right after the system prompt, where chat
+// templates render them (issue 19 measured Qwen3's: the engine shares the
+// system prompt's tokens across requests with other tools). Requests with
+// one system prompt and different tools share the leading key and the
+// system prompt's blocks, and part where the tools begin.
+func TestToolsFollowTheSystemPrompt(t *testing.T) {
+	const chat = "/v1/chat/completions"
+	sys := strings.Repeat("You are an agent with a long system prompt. ", 24) // ~1,000 bytes: 8 blocks
+	body := func(tools string) string {
+		return `{"model":"m"` + tools + `,"messages":[{"role":"system","content":"` + sys + `"},{"role":"user","content":"do it"}]}`
+	}
+	cfg := ParseConfig{Deployment: "d"}
+	none := mustParse(t, chat, body(""), cfg)
+	a := mustParse(t, chat, body(`,"tools":[{"type":"function","function":{"name":"search","description":"`+strings.Repeat("Search the web. ", 20)+`"}}]`), cfg)
+	b := mustParse(t, chat, body(`,"tools":[{"type":"function","function":{"name":"fetch","description":"`+strings.Repeat("Fetch a page. ", 20)+`"}}]`), cfg)
+	require.GreaterOrEqual(t, none.Keys.LeadingBlocks, 6)
+	assert.Equal(t, none.Keys.Leading, a.Keys.Leading)
+	assert.Equal(t, a.Keys.Leading, b.Keys.Leading)
+	lead := none.Keys.LeadingBlocks
+	assert.Equal(t, none.Keys.Blocks[:lead], a.Keys.Blocks[:lead], "the system prompt's blocks are shared")
+	assert.Equal(t, a.Keys.Blocks[:lead], b.Keys.Blocks[:lead])
+	assert.Equal(t, lead, a.Keys.LeadingBlocks)
+	assert.NotEqual(t, a.Keys.Blocks[lead], b.Keys.Blocks[lead], "the chains part where the tools begin")
+	assert.Greater(t, len(a.Keys.Blocks), len(none.Keys.Blocks), "the tools are in the chain")
 }

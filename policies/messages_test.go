@@ -93,18 +93,19 @@ func TestParseOnePrefixAcrossAPIs(t *testing.T) {
 	require.NotEmpty(t, chat.Keys.Blocks)
 	assert.Equal(t, chat.Keys, resp.Keys)
 	assert.Equal(t, chat.Keys, msgs.Keys)
-	assert.NotEqual(t, none.Keys.Leading, chat.Keys.Leading, "tools are part of the leading key")
+	assert.Equal(t, none.Keys.Leading, chat.Keys.Leading, "tools follow the system prompt in the chain, outside the leading key")
+	assert.NotEqual(t, none.Keys.Blocks, chat.Keys.Blocks, "tools are part of the chain")
 }
 
 // TestParseToolsCanonical checks which differences in tools change the
-// leading key.
+// block chain (tools are rendered into it after the system prompt).
 func TestParseToolsCanonical(t *testing.T) {
 	body := func(tools string) string {
 		return `{"model":"m","tools":` + tools + `,"messages":[{"role":"system","content":"S"},{"role":"user","content":"U"}]}`
 	}
-	lead := func(tools string) uint64 { return mustParse(t, pathChat, body(tools), small).Keys.Leading }
+	lead := func(tools string) string { return fmt.Sprint(mustParse(t, pathChat, body(tools), small).Keys.Blocks) }
 	base := lead(`[{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object"}}}]`)
-	noTools := mustParse(t, pathChat, `{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"U"}]}`, small).Keys.Leading
+	noTools := fmt.Sprint(mustParse(t, pathChat, `{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"U"}]}`, small).Keys.Blocks)
 	tests := []struct {
 		name  string
 		tools string
@@ -138,7 +139,7 @@ func TestParseToolsCanonical(t *testing.T) {
 	assert.NotEqual(t, noTools, lead(`{"name":"f"}`), "tools that are not a list still count")
 	assert.NotEqual(t, lead(`[{"type":"web_search"}]`), lead(`[{"type":"file_search"}]`))
 	legacy := mustParse(t, pathChat, `{"model":"m","functions":[{"name":"f","description":"d","parameters":{"type":"object"}}],"messages":[{"role":"system","content":"S"},{"role":"user","content":"U"}]}`, small)
-	assert.Equal(t, base, legacy.Keys.Leading, "legacy functions are the same tools")
+	assert.Equal(t, base, fmt.Sprint(legacy.Keys.Blocks), "legacy functions are the same tools")
 }
 
 // TestParseMessagesRenderedFields checks that what differs between two

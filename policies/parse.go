@@ -246,19 +246,22 @@ func keysChat(req *Request, b *chatBody, cfg ParseConfig, sizeHint int) {
 		}
 		renderChatMessage(&lead, &msgs[i])
 	}
-	leading := leadingKey(cfg.Deployment, req.Model, req.CacheSalt, toolsHash(&b.commonBody), d.Sum64())
+	leading := leadingKey(cfg.Deployment, req.Model, req.CacheSalt, noTools, d.Sum64())
 
 	var c sink
 	c.initChain(leading, cfg.BlockSize, cfg.MaxBlocks, sizeHint)
+	tools := toolsCanonical(&b.commonBody)
 	leadBlocks := -1
 	for i := range msgs {
 		if leadBlocks < 0 && !isSystem(msgs[i].Role.s) {
 			leadBlocks = len(c.blocks)
+			renderTools(&c, tools)
 		}
 		renderChatMessage(&c, &msgs[i])
 	}
 	if leadBlocks < 0 {
 		leadBlocks = len(c.blocks)
+		renderTools(&c, tools)
 	}
 	setKeys(req, leading, &c, leadBlocks, answerMessage)
 }
@@ -274,9 +277,10 @@ func keysCompletions(req *Request, b *completionsBody, cfg ParseConfig, sizeHint
 	}
 	var d xxhash.Digest
 	d.Reset()
-	leading := leadingKey(cfg.Deployment, req.Model, req.CacheSalt, toolsHash(&b.commonBody), d.Sum64())
+	leading := leadingKey(cfg.Deployment, req.Model, req.CacheSalt, noTools, d.Sum64())
 	var c sink
 	c.initChain(leading, cfg.BlockSize, cfg.MaxBlocks, sizeHint)
+	renderTools(&c, toolsCanonical(&b.commonBody))
 	renderPrompt(&c, &b.Prompt)
 	// Only a single string prompt is continued by its completion's text;
 	// arrays and token ids have no one continuation.
@@ -311,8 +315,10 @@ func keysResponses(req *Request, b *responsesBody, text *jsonText, cfg ParseConf
 		}
 	}
 
-	// leadBlocks counts the chain's blocks when the leading run ends.
+	// leadBlocks counts the chain's blocks when the leading run ends;
+	// the tools follow it, as in keysChat.
 	leadBlocks := -1
+	tools := toolsCanonical(&b.commonBody)
 	render := func(w *sink, leadingOnly bool) {
 		if b.Instructions.kind != shapeAbsent {
 			header(w, "system")
@@ -322,6 +328,7 @@ func keysResponses(req *Request, b *responsesBody, text *jsonText, cfg ParseConf
 		if text != nil {
 			if !leadingOnly {
 				leadBlocks = len(w.blocks)
+				renderTools(w, tools)
 				renderText(w, "user", text.s)
 			}
 			return
@@ -334,22 +341,24 @@ func keysResponses(req *Request, b *responsesBody, text *jsonText, cfg ParseConf
 				}
 				if leadBlocks < 0 {
 					leadBlocks = len(w.blocks)
+					renderTools(w, tools)
 				}
 			}
 			renderItem(w, it)
+		}
+		if !leadingOnly && leadBlocks < 0 {
+			leadBlocks = len(w.blocks)
+			renderTools(w, tools)
 		}
 	}
 	var d xxhash.Digest
 	d.Reset()
 	lead := sink{digest: &d}
 	render(&lead, true)
-	leading := leadingKey(cfg.Deployment, req.Model, req.CacheSalt, toolsHash(&b.commonBody), d.Sum64())
+	leading := leadingKey(cfg.Deployment, req.Model, req.CacheSalt, noTools, d.Sum64())
 	var c sink
 	c.initChain(leading, cfg.BlockSize, cfg.MaxBlocks, sizeHint)
 	render(&c, false)
-	if leadBlocks < 0 {
-		leadBlocks = len(c.blocks)
-	}
 	setKeys(req, leading, &c, leadBlocks, answerMessage)
 }
 

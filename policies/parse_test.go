@@ -226,9 +226,11 @@ func TestParseLeadingKey(t *testing.T) {
 		{"developer instead of system", chatBodyOf(t, "", "developer", "S", "user", "U1"), false},
 		{"second leading message", chatBodyOf(t, "", "system", "S", "developer", "D", "user", "U1"), false},
 		{"system after a user turn is not leading", chatBodyOf(t, "", "system", "S", "user", "U1", "system", "late"), true},
-		{"tools", chatBodyOf(t, `,"tools":[{"type":"function"}]`, "system", "S", "user", "U1"), false},
+		// Tools follow the system prompt in the chain, outside the
+		// leading key (TestToolsFollowTheSystemPrompt).
+		{"tools", chatBodyOf(t, `,"tools":[{"type":"function"}]`, "system", "S", "user", "U1"), true},
 		{"null tools", chatBodyOf(t, `,"tools":null`, "system", "S", "user", "U1"), true},
-		{"legacy functions", chatBodyOf(t, `,"functions":[{"name":"f"}]`, "system", "S", "user", "U1"), false},
+		{"legacy functions", chatBodyOf(t, `,"functions":[{"name":"f"}]`, "system", "S", "user", "U1"), true},
 		{"cache salt", chatBodyOf(t, `,"cache_salt":"x"`, "system", "S", "user", "U1"), false},
 		{"stream flag", chatBodyOf(t, `,"stream":true`, "system", "S", "user", "U1"), true},
 	}

@@ -50,19 +50,44 @@ type function struct {
 	Parameters  rawField `json:"parameters"`
 }
 
-// toolsHash hashes tools (and legacy functions) in their canonical form.
-func toolsHash(c *commonBody) uint64 {
+// toolsCanonical returns the canonical form of the tools (and legacy
+// functions), nil when there are none.
+func toolsCanonical(c *commonBody) []byte {
 	if len(c.Tools) == 0 && len(c.Functions) == 0 {
-		return xxhash.Sum64(nil)
+		return nil
 	}
 	// The canonical form is at most the tools' size plus a few bytes per
 	// tool and field.
 	n, out := appendTools(make([]byte, 0, len(c.Tools)+len(c.Functions)+256), c.Tools)
 	m, out := appendTools(out, c.Functions)
 	if n+m == 0 {
-		return xxhash.Sum64(nil)
+		return nil
 	}
-	return xxhash.Sum64(out)
+	return out
+}
+
+// toolsHash hashes tools (and legacy functions) in their canonical form.
+func toolsHash(c *commonBody) uint64 { return xxhash.Sum64(toolsCanonical(c)) }
+
+// noTools is the tools part of every leading key: tools are rendered into
+// the block chain right after the leading system run (renderTools), where
+// chat templates put them (Qwen's and Hermes-style ones render them after
+// the system prompt, inside the system turn), so that requests with one
+// system prompt and different tools share a home and the blocks of the
+// system prompt, as the engine shares those tokens, and part where the
+// tools begin. It is the hash of no tools, so the keys of requests without
+// tools did not change when tools left the leading key.
+var noTools = xxhash.Sum64(nil)
+
+// renderTools writes the tools' canonical form into the chain, as one
+// "tools" turn.
+func renderTools(w *sink, tools []byte) {
+	if len(tools) == 0 {
+		return
+	}
+	header(w, "tools")
+	w.WriteString(string(tools))
+	w.WriteString(endTag)
 }
 
 // appendTools appends the canonical form of one tools value to out and
