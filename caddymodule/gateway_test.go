@@ -223,3 +223,50 @@ func TestSessionStickiness(t *testing.T) {
 	assert.Equal(t, now, send(sess, "and again"), "a session stays where its last request went")
 	r.requireDrained(addrs...)
 }
+
+// TestReplicaInTwoPoolsCountsOnce proves a replica listed in two pools
+// (one engine serving a base model and its adapters) keeps one in-flight
+// count: requests held through one pool fill its cap for the other.
+func TestReplicaInTwoPoolsCountsOnce(t *testing.T) {
+	shared, spare := newFake(t), newFake(t)
+	r := startRouter(t, fmt.Sprintf(`
+	llm_route {
+		replica_header X-LLMRoute-Replica
+	}
+	@base llm_model base
+	reverse_proxy @base %s {
+		lb_policy llm least_load {
+			max_in_flight 2
+		}
+	}
+	@lora llm_model base-lora-*
+	reverse_proxy @lora %s %s {
+		lb_policy llm least_load {
+			max_in_flight 2
+		}
+	}`, shared.addr, shared.addr, spare.addr))
+	hold := make(chan struct{})
+	shared.setHold(hold)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp := post(t, r.url("/v1/chat/completions"), "", "", "", fmt.Sprintf(`{"model":"base","messages":[{"role":"user","content":"held %d"}]}`, i))
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}()
+	}
+	waitFor(t, "two base requests held on the shared replica", func() bool { return shared.cur.Load() == 2 })
+	assert.Equal(t, 2, r.replica(shared.addr).InFlight, "one count for the replica, whichever pool sent")
+	for i := range 3 {
+		resp := post(t, r.url("/v1/chat/completions"), "", "", "", fmt.Sprintf(`{"model":"base-lora-sql","messages":[{"role":"user","content":"adapter %d"}]}`, i))
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		assert.Equal(t, spare.addr, resp.Header.Get("X-LLMRoute-Replica"), "the shared replica is at its cap through the other pool")
+	}
+	close(hold)
+	wg.Wait()
+	r.requireDrained(shared.addr, spare.addr)
+}
