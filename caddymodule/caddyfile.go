@@ -10,7 +10,9 @@ import (
 	"github.com/dustin/go-humanize"
 )
 
-// The Caddyfile side of every module, apart from their behaviour.
+// The Caddyfile side of llm_route and the llm_model matcher, apart from
+// their behaviour (lb_policy llm's is in caddyfile_policy.go), and the
+// argument helpers both use.
 
 func init() {
 	httpcaddyfile.RegisterHandlerDirective("llm_route", parseLLMRoute)
@@ -54,69 +56,39 @@ func (h *LLMRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return d.ArgErr()
 	}
 	for d.NextBlock(0) {
-		switch d.Val() {
+		opt := d.Val()
+		var err error
+		switch opt {
 		case "api_keys", "api_key":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return d.ArgErr()
-			}
-			h.APIKeys = append(h.APIKeys, args...)
+			err = argsList(d, &h.APIKeys)
 		case "upstream_api_key":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			h.UpstreamAPIKey = d.Val()
+			h.UpstreamAPIKey, err = oneArg(d)
 		case "deployment":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			h.Deployment = d.Val()
+			h.Deployment, err = oneArg(d)
 		case "max_body_bytes", "max_body_size":
-			if !d.NextArg() {
-				return d.ArgErr()
+			var v string
+			if v, err = oneArg(d); err == nil {
+				if h.MaxBodyBytes, err = humanizeSize(v); err != nil {
+					err = d.Errf("max_body_bytes: %v", err)
+				}
 			}
-			size, err := humanizeSize(d.Val())
-			if err != nil {
-				return d.Errf("max_body_bytes: %v", err)
-			}
-			h.MaxBodyBytes = size
-		case "block_size", "max_blocks":
-			name := d.Val()
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			n, err := strconv.Atoi(d.Val())
-			if err != nil {
-				return d.Errf("%s: %v", name, err)
-			}
-			if name == "block_size" {
-				h.BlockSize = n
-			} else {
-				h.MaxBlocks = n
-			}
+		case "block_size":
+			err = intArg(d, opt, &h.BlockSize)
+		case "max_blocks":
+			err = intArg(d, opt, &h.MaxBlocks)
 		case "replica_header":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			h.ReplicaHeader = d.Val()
+			h.ReplicaHeader, err = oneArg(d)
 		case "request_usage":
 			h.RequestUsage = true
 		case "allow_paths":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return d.ArgErr()
-			}
-			h.AllowPaths = append(h.AllowPaths, args...)
+			err = argsList(d, &h.AllowPaths)
 		case "session_headers":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return d.ArgErr()
-			}
-			h.SessionHeaders = append(h.SessionHeaders, args...)
+			err = argsList(d, &h.SessionHeaders)
 		case "tenant":
-			name, t, err := parseTenant(d)
-			if err != nil {
-				return err
+			var name string
+			var t *Tenant
+			if name, t, err = parseTenant(d); err != nil {
+				break
 			}
 			if _, dup := h.Tenants[name]; dup {
 				return d.Errf("tenant %q defined twice", name)
@@ -126,252 +98,13 @@ func (h *LLMRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			h.Tenants[name] = t
 		default:
-			return d.Errf("unrecognized llm_route option %q", d.Val())
+			return d.Errf("unrecognized llm_route option %q", opt)
 		}
-	}
-	return nil
-}
-
-// UnmarshalCaddyfile sets up the policy from Caddyfile tokens:
-//
-//	lb_policy llm [<strategy>] {
-//		strategy        round_robin|prefix_affinity|least_load|prefix_load
-//		max_in_flight   <n>
-//		queue_size      <n>
-//		queue_timeout   <duration>
-//		sheddable_share <fraction>
-//		slow_start      <duration>
-//		cooldown        <base> [<max>]
-//		dial_timeout_fails <n> [<window>]
-//		fail_status     <code...>
-//		status_fails    <n>
-//		balance_factor  <float>
-//		load_slack      <n>
-//		cold_choices    1|2|3
-//		peers           auto|none|some
-//		cold_slack      <fraction>
-//		index_answers   [on|off]
-//		homes_directory redis://host:port[/db] {
-//			key_prefix <prefix>
-//			ttl        <duration>
-//			timeout    <duration>
-//		}
-//		cold_balance_factor <float>
-//		index_blocks    <n>
-//		seed            <n>
-//		engine_metrics  [<path>] {
-//			interval <duration>
-//			timeout  <duration>
-//			stale_after <duration>
-//		}
-//	}
-func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // consume policy name
-	if d.NextArg() {
-		p.Strategy = d.Val()
-	}
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	for d.NextBlock(0) {
-		switch d.Val() {
-		case "strategy":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			p.Strategy = d.Val()
-		case "max_in_flight", "queue_size", "load_slack", "index_blocks", "cold_choices", "status_fails":
-			name := d.Val()
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			n, err := strconv.Atoi(d.Val())
-			if err != nil {
-				return d.Errf("%s: %v", name, err)
-			}
-			switch name {
-			case "max_in_flight":
-				p.MaxInFlight = n
-			case "queue_size":
-				p.QueueSize = n
-			case "load_slack":
-				p.LoadSlack = n
-			case "index_blocks":
-				p.IndexBlocks = n
-			case "cold_choices":
-				p.ColdChoices = n
-			case "status_fails":
-				p.StatusFails = n
-			}
-		case "sheddable_share":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			f, err := strconv.ParseFloat(d.Val(), 64)
-			if err != nil {
-				return d.Errf("sheddable_share: %v", err)
-			}
-			p.SheddableShare = f
-		case "queue_timeout", "slow_start":
-			name := d.Val()
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			dur, err := caddy.ParseDuration(d.Val())
-			if err != nil {
-				return d.Errf("%s: %v", name, err)
-			}
-			if name == "slow_start" {
-				p.SlowStart = caddy.Duration(dur)
-			} else {
-				p.QueueTimeout = caddy.Duration(dur)
-			}
-		case "cooldown":
-			args := d.RemainingArgs()
-			if len(args) < 1 || len(args) > 2 {
-				return d.ArgErr()
-			}
-			base, err := caddy.ParseDuration(args[0])
-			if err != nil {
-				return d.Errf("cooldown: %v", err)
-			}
-			p.CooldownBase = caddy.Duration(base)
-			if len(args) == 2 {
-				m, err := caddy.ParseDuration(args[1])
-				if err != nil {
-					return d.Errf("cooldown: %v", err)
-				}
-				p.CooldownMax = caddy.Duration(m)
-			}
-		case "dial_timeout_fails":
-			args := d.RemainingArgs()
-			if len(args) < 1 || len(args) > 2 {
-				return d.ArgErr()
-			}
-			n, err := strconv.Atoi(args[0])
-			if err != nil {
-				return d.Errf("dial_timeout_fails: %v", err)
-			}
-			p.DialTimeoutFails = n
-			if len(args) == 2 {
-				w, err := caddy.ParseDuration(args[1])
-				if err != nil {
-					return d.Errf("dial_timeout_fails: %v", err)
-				}
-				p.DialTimeoutWindow = caddy.Duration(w)
-			}
-		case "fail_status":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return d.ArgErr()
-			}
-			p.FailStatus = p.FailStatus[:0]
-			for _, a := range args {
-				n, err := strconv.Atoi(a)
-				if err != nil || n < 100 || n > 599 {
-					return d.Errf("fail_status: bad status code %q", a)
-				}
-				p.FailStatus = append(p.FailStatus, n)
-			}
-		case "balance_factor", "cold_balance_factor":
-			opt := d.Val()
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			f, err := strconv.ParseFloat(d.Val(), 64)
-			if err != nil {
-				return d.Errf("%s: %v", opt, err)
-			}
-			if opt == "balance_factor" {
-				p.BalanceFactor = f
-			} else {
-				p.ColdBalanceFactor = f
-			}
-		case "peers":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			p.Peers = d.Val()
-		case "cold_slack":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			f, err := strconv.ParseFloat(d.Val(), 64)
-			if err != nil {
-				return d.Errf("cold_slack: %v", err)
-			}
-			p.ColdSlack = f
-		case "homes_directory":
-			cfg, err := parseHomesDirectory(d)
-			if err != nil {
-				return err
-			}
-			p.HomesDirectory = cfg
-		case "index_answers":
-			on := true
-			if d.NextArg() {
-				switch d.Val() {
-				case "on":
-				case "off":
-					on = false
-				default:
-					return d.Errf("index_answers: want on or off, got %q", d.Val())
-				}
-			}
-			p.IndexAnswers = &on
-		case "seed":
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			n, err := strconv.ParseUint(d.Val(), 10, 64)
-			if err != nil {
-				return d.Errf("seed: %v", err)
-			}
-			p.Seed = n
-		case "engine_metrics":
-			cfg, err := parseEngineMetrics(d)
-			if err != nil {
-				return err
-			}
-			p.EngineMetrics = cfg
-		default:
-			return d.Errf("unrecognized llm policy option %q", d.Val())
-		}
-	}
-	return nil
-}
-
-// parseEngineMetrics reads `engine_metrics [<path>] { ... }`.
-func parseEngineMetrics(d *caddyfile.Dispenser) (*EngineMetricsConfig, error) {
-	cfg := &EngineMetricsConfig{}
-	if d.NextArg() {
-		cfg.Path = d.Val()
-	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		key := d.Val()
-		if !d.NextArg() {
-			return nil, d.ArgErr()
-		}
-		if key == "scheme" {
-			cfg.Scheme = d.Val()
-			continue
-		}
-		dur, err := caddy.ParseDuration(d.Val())
 		if err != nil {
-			return nil, d.Errf("engine_metrics %s: %v", key, err)
-		}
-		switch key {
-		case "interval":
-			cfg.Interval = caddy.Duration(dur)
-		case "timeout":
-			cfg.Timeout = caddy.Duration(dur)
-		case "stale_after":
-			cfg.StaleAfter = caddy.Duration(dur)
-		default:
-			return nil, d.Errf("unrecognized engine_metrics option %q", key)
+			return err
 		}
 	}
-	return cfg, nil
+	return nil
 }
 
 // UnmarshalCaddyfile sets up the matcher from Caddyfile tokens:
@@ -401,51 +134,87 @@ func parseTenant(d *caddyfile.Dispenser) (string, *Tenant, error) {
 	t := &Tenant{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
+		var err error
 		switch opt {
 		case "keys", "key":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return "", nil, d.ArgErr()
-			}
-			t.Keys = append(t.Keys, args...)
+			err = argsList(d, &t.Keys)
 		case "priority":
-			if !d.NextArg() {
-				return "", nil, d.ArgErr()
-			}
-			t.Priority = d.Val()
+			t.Priority, err = oneArg(d)
 		case "weight":
-			if !d.NextArg() {
-				return "", nil, d.ArgErr()
-			}
-			f, err := strconv.ParseFloat(d.Val(), 64)
-			if err != nil {
-				return "", nil, d.Errf("tenant %s weight: %v", name, err)
-			}
-			t.Weight = f
-		case "max_in_flight", "requests_per_minute", "tokens_per_minute":
-			if !d.NextArg() {
-				return "", nil, d.ArgErr()
-			}
-			n, err := strconv.Atoi(d.Val())
-			if err != nil {
-				return "", nil, d.Errf("tenant %s %s: %v", name, opt, err)
-			}
-			switch opt {
-			case "max_in_flight":
-				t.MaxInFlight = n
-			case "requests_per_minute":
-				t.RequestsPerMinute = n
-			default:
-				t.TokensPerMinute = n
-			}
+			err = floatArg(d, "tenant "+name+" weight", &t.Weight)
+		case "max_in_flight":
+			err = intArg(d, "tenant "+name+" "+opt, &t.MaxInFlight)
+		case "requests_per_minute":
+			err = intArg(d, "tenant "+name+" "+opt, &t.RequestsPerMinute)
+		case "tokens_per_minute":
+			err = intArg(d, "tenant "+name+" "+opt, &t.TokensPerMinute)
 		default:
 			return "", nil, d.Errf("unrecognized tenant option %q", opt)
+		}
+		if err != nil {
+			return "", nil, err
 		}
 		if d.NextArg() {
 			return "", nil, d.ArgErr()
 		}
 	}
 	return name, t, nil
+}
+
+// oneArg reads the one argument of the option at d.
+func oneArg(d *caddyfile.Dispenser) (string, error) {
+	if !d.NextArg() {
+		return "", d.ArgErr()
+	}
+	return d.Val(), nil
+}
+
+// argsList appends the option's arguments (at least one) to dst.
+func argsList(d *caddyfile.Dispenser, dst *[]string) error {
+	args := d.RemainingArgs()
+	if len(args) == 0 {
+		return d.ArgErr()
+	}
+	*dst = append(*dst, args...)
+	return nil
+}
+
+// intArg reads the option's one integer argument into dst.
+func intArg(d *caddyfile.Dispenser, opt string, dst *int) error {
+	v, err := oneArg(d)
+	if err != nil {
+		return err
+	}
+	if *dst, err = strconv.Atoi(v); err != nil {
+		return d.Errf("%s: %v", opt, err)
+	}
+	return nil
+}
+
+// floatArg reads the option's one number argument into dst.
+func floatArg(d *caddyfile.Dispenser, opt string, dst *float64) error {
+	v, err := oneArg(d)
+	if err != nil {
+		return err
+	}
+	if *dst, err = strconv.ParseFloat(v, 64); err != nil {
+		return d.Errf("%s: %v", opt, err)
+	}
+	return nil
+}
+
+// durationArg reads the option's one duration argument into dst.
+func durationArg(d *caddyfile.Dispenser, opt string, dst *caddy.Duration) error {
+	v, err := oneArg(d)
+	if err != nil {
+		return err
+	}
+	dur, err := caddy.ParseDuration(v)
+	if err != nil {
+		return d.Errf("%s: %v", opt, err)
+	}
+	*dst = caddy.Duration(dur)
+	return nil
 }
 
 // humanizeSize parses sizes like "8MiB" or "512KB" into bytes.
