@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
+	"github.com/llmroute/caddy-llmroute/internal/jsonscan"
 	"github.com/llmroute/caddy-llmroute/policies"
 )
 
@@ -24,6 +25,8 @@ type answerCapture struct {
 	// dead is set when the answer stopped being one the next turn repeats
 	// as plain content.
 	dead bool
+	// choices is feed's scratch, kept across chunks.
+	choices []answerChoice
 }
 
 // startAnswer begins capturing the answer whose headers carried status, if
@@ -59,35 +62,289 @@ type answerDelta struct {
 	FunctionCall json.RawMessage `json:"function_call"`
 }
 
-// feed reads one chunk's (or a whole response's) JSON.
+// answerChoice is what feed reads of one choice: its index, whether its
+// delta (or, in a whole response, its message) carries tool calls, and its
+// text (the delta's content, else the choice's text).
+type answerChoice struct {
+	index      int64
+	tools      bool
+	content    string
+	hasContent bool
+	text       string
+	hasText    bool
+}
+
+// feed reads one chunk's (or a whole response's) JSON: by scanAnswer, or
+// by encoding/json when that declines.
 func (c *answerCapture) feed(doc []byte) {
 	if c.dead || !bytes.Contains(doc, []byte(`"choices"`)) {
 		return
 	}
-	var p answerPart
-	if json.Unmarshal(doc, &p) != nil {
-		c.dead = true
-		return
-	}
-	for _, ch := range p.Choices {
-		if ch.Index != 0 {
-			c.dead = true // several choices: which one comes back is unknown
-			return
-		}
-		d := ch.Delta
-		if d == nil {
-			d = ch.Message
-		}
-		switch {
-		case d != nil && (isSet(d.ToolCalls) || isSet(d.FunctionCall)):
+	choices, ok := scanAnswer(doc, c.choices[:0])
+	if !ok {
+		var p answerPart
+		if json.Unmarshal(doc, &p) != nil {
 			c.dead = true
 			return
-		case d != nil && d.Content != nil:
-			c.ans.WriteString(*d.Content)
-		case ch.Text != nil:
-			c.ans.WriteString(*ch.Text)
+		}
+		choices = choices[:0]
+		for _, ch := range p.Choices {
+			d := ch.Delta
+			if d == nil {
+				d = ch.Message
+			}
+			a := answerChoice{index: int64(ch.Index)}
+			if d != nil {
+				a.tools = isSet(d.ToolCalls) || isSet(d.FunctionCall)
+				if d.Content != nil {
+					a.content, a.hasContent = *d.Content, true
+				}
+			}
+			if ch.Text != nil {
+				a.text, a.hasText = *ch.Text, true
+			}
+			choices = append(choices, a)
 		}
 	}
+	for _, ch := range choices {
+		if ch.index != 0 {
+			c.dead = true // several choices: which one comes back is unknown
+			break
+		}
+		if ch.tools {
+			c.dead = true
+			break
+		}
+		switch {
+		case ch.hasContent:
+			c.ans.WriteString(ch.content)
+		case ch.hasText:
+			c.ans.WriteString(ch.text)
+		}
+	}
+	clear(choices) // the texts may point into doc
+	c.choices = choices[:0]
+}
+
+// scanAnswer reads doc's choices into choices in one pass, exactly as
+// encoding/json would decode them into answerPart, or declines (ok false)
+// when doc is anything it does not handle exactly so: not an object,
+// duplicate or case-folded field names, an index that is not a plain
+// integer, a field of an unexpected type (jsonscan declines the rest). A
+// choice's texts point into doc when they need no decoding.
+func scanAnswer(doc []byte, choices []answerChoice) ([]answerChoice, bool) {
+	s := jsonscan.New(doc)
+	if !s.Open('{') {
+		return choices, false
+	}
+	seen := false
+	if !s.Empty('}') {
+		for {
+			k, ok := s.Key("choices")
+			if !ok {
+				return choices, false
+			}
+			if k == "choices" {
+				if seen {
+					return choices, false
+				}
+				seen = true
+				if choices, ok = scanChoices(&s, choices); !ok {
+					return choices, false
+				}
+			} else if _, ok := s.Skip(); !ok {
+				return choices, false
+			}
+			more, ok := s.Next('}')
+			if !ok {
+				return choices, false
+			}
+			if !more {
+				break
+			}
+		}
+	}
+	return choices, s.End()
+}
+
+// scanChoices reads the choices array (or null) at s.
+func scanChoices(s *jsonscan.Scanner, choices []answerChoice) ([]answerChoice, bool) {
+	if s.Lit("null") {
+		return choices, true
+	}
+	if !s.Open('[') {
+		return choices, false
+	}
+	if s.Empty(']') {
+		return choices, true
+	}
+	for {
+		var ch answerChoice
+		if !s.Lit("null") { // a null choice decodes as the zero choice
+			if !scanChoice(s, &ch) {
+				return choices, false
+			}
+		}
+		choices = append(choices, ch)
+		more, ok := s.Next(']')
+		if !ok {
+			return choices, false
+		}
+		if !more {
+			return choices, true
+		}
+	}
+}
+
+// answerFields are the fields of a choice and of its delta that feed reads.
+var (
+	choiceFields = []string{"index", "delta", "message", "text"}
+	deltaFields  = []string{"content", "tool_calls", "function_call"}
+)
+
+// deltaView is what scanDelta read of a delta or message.
+type deltaView struct {
+	set        bool // present and not null
+	tools      bool
+	content    string
+	hasContent bool
+}
+
+func scanChoice(s *jsonscan.Scanner, ch *answerChoice) bool {
+	if !s.Open('{') {
+		return false
+	}
+	var delta, message deltaView
+	var seen [4]bool
+	if !s.Empty('}') {
+		for {
+			k, ok := s.Key(choiceFields...)
+			if !ok {
+				return false
+			}
+			f := -1
+			for i, n := range choiceFields {
+				if k == n {
+					f = i
+				}
+			}
+			if f >= 0 {
+				if seen[f] {
+					return false
+				}
+				seen[f] = true
+			}
+			switch f {
+			case 0:
+				if !s.Lit("null") {
+					n, ok := s.Int()
+					if !ok {
+						return false
+					}
+					ch.index = n
+				}
+			case 1, 2:
+				d := &delta
+				if f == 2 {
+					d = &message
+				}
+				if !scanDelta(s, d) {
+					return false
+				}
+			case 3:
+				if !s.Lit("null") {
+					t, ok := scanText(s)
+					if !ok {
+						return false
+					}
+					ch.text, ch.hasText = t, true
+				}
+			default:
+				if _, ok := s.Skip(); !ok {
+					return false
+				}
+			}
+			more, ok := s.Next('}')
+			if !ok {
+				return false
+			}
+			if !more {
+				break
+			}
+		}
+	}
+	d := delta
+	if !d.set {
+		d = message
+	}
+	ch.tools, ch.content, ch.hasContent = d.tools, d.content, d.hasContent
+	return true
+}
+
+func scanDelta(s *jsonscan.Scanner, d *deltaView) bool {
+	if s.Lit("null") {
+		return true
+	}
+	if !s.Open('{') {
+		return false
+	}
+	d.set = true
+	var seen [3]bool
+	if s.Empty('}') {
+		return true
+	}
+	for {
+		k, ok := s.Key(deltaFields...)
+		if !ok {
+			return false
+		}
+		f := -1
+		for i, n := range deltaFields {
+			if k == n {
+				f = i
+			}
+		}
+		if f >= 0 {
+			if seen[f] {
+				return false
+			}
+			seen[f] = true
+		}
+		switch f {
+		case 0:
+			if !s.Lit("null") {
+				t, ok := scanText(s)
+				if !ok {
+					return false
+				}
+				d.content, d.hasContent = t, true
+			}
+		default:
+			v, ok := s.Skip()
+			if !ok {
+				return false
+			}
+			if f > 0 && isSet(v) {
+				d.tools = true
+			}
+		}
+		more, ok := s.Next('}')
+		if !ok {
+			return false
+		}
+		if !more {
+			return true
+		}
+	}
+}
+
+// scanText reads a string value (anything else declines).
+func scanText(s *jsonscan.Scanner) (string, bool) {
+	lit, esc, ok := s.String()
+	if !ok {
+		return "", false
+	}
+	return jsonscan.Text(lit, esc)
 }
 
 // isSet reports whether a raw JSON field is present and not null.

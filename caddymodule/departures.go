@@ -40,6 +40,7 @@ func (p *LLMSelection) checkDepartures(pool reverseproxy.UpstreamPool) {
 			continue
 		}
 		if v, ok := p.states.LoadAndDelete(addr); ok {
+			p.statesGen.Add(1) // statesOf must not hand it out again
 			st := v.(*replicaState)
 			st.purge(policies.PurgeRemoved)
 			st.depart()

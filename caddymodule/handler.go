@@ -171,22 +171,22 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 	var rc *routeCtx
 	var sniff *usageSniffer
 	if hasBody(r) {
-		req, body, apiErr, ok := h.readRequest(r)
+		req, bb, body, apiErr, ok := h.readRequest(r)
 		if !ok {
 			metricRequests.WithLabelValues("", "", "bad_request").Inc()
 			writeAPIError(w, apiErr)
 			return nil
 		}
 		sniff = &usageSniffer{}
-		if h.RequestUsage && req.Stream && !req.IncludeUsage && req.Endpoint != policies.EndpointResponses &&
+		if h.RequestUsage && req.Stream && !req.HasStreamOptions && req.Endpoint != policies.EndpointResponses &&
 			req.Endpoint != policies.EndpointMessages { // Anthropic streams always carry usage
-			if b, ok := withIncludeUsage(body); ok {
+			if b, ok := withIncludeUsage(bb, body); ok {
 				body = b
 				sniff.strip = true
 			}
 		}
 		rc = newRouteCtx(start, req, body)
-		r.Body = bodyReader(body)
+		r.Body = rc.holdBody(bb)
 		r.ContentLength = int64(len(body))
 		r.TransferEncoding = nil
 		r.Header.Set("Content-Length", strconv.Itoa(len(body)))

@@ -25,11 +25,13 @@ const defaultIndexBlocks = policies.DefaultIndexCapacity
 // replicaState is what llmroute knows of one replica: its load, its health
 // and what it is believed to cache. The attempts on it (attempt.go) take
 // and give back its slots; cooldown.go judges its failures. All fields are
-// guarded by mu except addr, clk and belief (which has its own lock).
+// guarded by mu except addr, addrHash, clk and belief (which has its own lock).
 type replicaState struct {
-	addr   string
-	clk    clockwork.Clock
-	belief *policies.Belief
+	addr string
+	// addrHash is policies.HashAddr(addr), for the strategies' ranks.
+	addrHash uint64
+	clk      clockwork.Clock
+	belief   *policies.Belief
 
 	mu sync.Mutex
 	// inFlight counts the slots held by attempts on this replica.
@@ -77,12 +79,14 @@ type replicaState struct {
 	drainRefs int
 	// engine holds the last engine metrics scraped from the replica.
 	engine engineLoad
+	// prefill lists the attempts' pending prefill (prefill.go).
+	prefill []prefillEntry
 }
 
 // newReplicaState returns the state of a replica llmroute has not seen
 // before, on clock clk.
 func newReplicaState(addr string, clk clockwork.Clock) *replicaState {
-	return &replicaState{addr: addr, clk: clk, belief: policies.NewBelief(defaultIndexBlocks), firstSeen: clk.Now()}
+	return &replicaState{addr: addr, addrHash: policies.HashAddr(addr), clk: clk, belief: policies.NewBelief(defaultIndexBlocks), firstSeen: clk.Now()}
 }
 
 // Destruct implements caddy.Destructor; it stops the cooldown timer.
@@ -161,6 +165,8 @@ func (s *replicaState) availableLocked(now time.Time, limit int) availability {
 
 // replicaView is what one selection reads of a replica, under one lock.
 type replicaView struct {
+	// limit is the cap in force (slow start applied).
+	limit                int
 	inFlight, prefilling int
 	avail                availability
 	coolLeft             time.Duration
@@ -168,31 +174,42 @@ type replicaView struct {
 	failedAt             time.Time
 	waiting, running     int
 	kv                   float64
+	// pending is the replica's pending prefill in bytes (prefill.go).
+	pending int
 }
 
-// snapshot returns the fields a strategy needs, under one lock.
-func (s *replicaState) snapshot(now time.Time, limit int) replicaView {
+// snapshot returns the fields a strategy needs, under one lock: with cap
+// limit, ramped by slowStart (slowStartLimitLocked), and the pending
+// prefill. A selection takes one lock per replica, here.
+func (s *replicaState) snapshot(now time.Time, limit int, slowStart time.Duration) replicaView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v := replicaView{inFlight: s.inFlight, prefilling: s.prefilling, avail: s.availableLocked(now, limit)}
+	limit = s.slowStartLimitLocked(now, limit, slowStart)
+	v := replicaView{limit: limit, inFlight: s.inFlight, prefilling: s.prefilling, avail: s.availableLocked(now, limit)}
 	if now.Before(s.coolUntil) {
 		v.coolLeft = s.coolUntil.Sub(now)
 		v.coolReason, v.failedAt = s.coolReason, s.failedAt
 	}
 	v.waiting, v.running, v.kv = s.engine.view(now)
+	v.pending = s.pendingPrefillLocked()
 	return v
 }
 
-// slowStartLimit ramps a new replica's cap linearly over slowStart, so that
-// a replica that joins (a scale-up, a dynamic upstream) takes load gradually
-// instead of a stampede of every request that finds it idle.
+// slowStartLimit is slowStartLimitLocked under the replica's lock.
 func (s *replicaState) slowStartLimit(now time.Time, limit int, slowStart time.Duration) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.slowStartLimitLocked(now, limit, slowStart)
+}
+
+// slowStartLimitLocked ramps a new replica's cap linearly over slowStart,
+// so that a replica that joins (a scale-up, a dynamic upstream) takes load
+// gradually instead of a stampede of every request that finds it idle.
+func (s *replicaState) slowStartLimitLocked(now time.Time, limit int, slowStart time.Duration) int {
 	if slowStart <= 0 || limit <= 0 {
 		return limit
 	}
-	s.mu.Lock()
 	age := now.Sub(s.firstSeen)
-	s.mu.Unlock()
 	if age >= slowStart {
 		return limit
 	}

@@ -20,69 +20,75 @@ func hasBody(r *http.Request) bool {
 
 // readRequest checks the content type, reads the bounded body once
 // (decoding its Content-Encoding) and parses it into the request's model,
-// stream flags and prefix keys.
-func (h *LLMRoute) readRequest(r *http.Request) (*policies.Request, []byte, apiError, bool) {
+// stream flags and prefix keys. It returns the body and the buffer it lies
+// in (body.go; nil for a decoded body), which holds the request's hold.
+func (h *LLMRoute) readRequest(r *http.Request) (*policies.Request, *bodyBuf, []byte, apiError, bool) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return nil, nil, errContentType, false
+			return nil, nil, nil, errContentType, false
 		}
 	} else if r.ContentLength != 0 {
-		return nil, nil, errContentType, false
+		return nil, nil, nil, errContentType, false
 	}
 	if r.ContentLength > h.MaxBodyBytes {
-		return nil, nil, errTooLarge, false
+		return nil, nil, nil, errTooLarge, false
 	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		// + MinRead: ReadFrom wants MinRead free bytes before every read,
-		// including the one that sees EOF; without them the buffer is
-		// reallocated at twice the size once the body is in.
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	bb, body, err := readBody(io.LimitReader(r.Body, h.MaxBodyBytes+1), r.ContentLength, h.MaxBodyBytes)
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		return nil, nil, nil, errTooLarge, false
+	case err != nil:
+		return nil, nil, nil, errBodyRead, false
 	}
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, h.MaxBodyBytes+1))
-	if err != nil {
-		return nil, nil, errBodyRead, false
-	}
-	if n > h.MaxBodyBytes {
-		return nil, nil, errTooLarge, false
-	}
-	body := buf.Bytes()
 	if ce := r.Header.Get("Content-Encoding"); ce != "" {
-		var apiErr apiError
-		if body, apiErr = decodeBody(ce, body, h.MaxBodyBytes); apiErr.status != 0 {
-			return nil, nil, apiErr, false
+		dec, apiErr := decodeBody(ce, body, h.MaxBodyBytes)
+		if apiErr.status != 0 {
+			bb.drop()
+			return nil, nil, nil, apiErr, false
+		}
+		if len(dec) == 0 || len(body) == 0 || &dec[0] != &body[0] {
+			bb.drop() // the decoded body lies elsewhere
+			bb, body = nil, dec
 		}
 	}
 	req, err := policies.Parse(r.URL.Path, body, h.parseCfg)
+	if err != nil {
+		bb.drop()
+	}
 	switch {
 	case errors.Is(err, policies.ErrMissingModel):
-		return nil, nil, errNoModel, false
+		return nil, nil, nil, errNoModel, false
 	case err != nil:
-		return nil, nil, errMalformed, false
+		return nil, nil, nil, errMalformed, false
 	}
-	return req, body, apiError{}, true
+	return req, bb, body, apiError{}, true
 }
 
-// withIncludeUsage returns body with stream_options.include_usage set, when
-// the body has no stream_options of its own. It copies the body once.
-func withIncludeUsage(body []byte) ([]byte, bool) {
-	if bytes.Contains(body, []byte(`"stream_options"`)) {
-		return nil, false
-	}
+// withIncludeUsage returns body with stream_options.include_usage set; the
+// caller asks only for a body without stream_options of its own
+// (policies.Request.HasStreamOptions). When body lies in bb with the room
+// kept before it, the field is inserted in place (only what precedes the
+// object's first key moves); otherwise the body is copied once.
+func withIncludeUsage(bb *bodyBuf, body []byte) ([]byte, bool) {
 	i := bytes.IndexByte(body, '{')
 	if i < 0 {
 		return nil, false
 	}
-	const ins = `"stream_options":{"include_usage":true},`
-	rest := bytes.TrimLeft(body[i+1:], " \t\r\n")
+	ins := includeUsageField
+	if rest := bytes.TrimLeft(body[i+1:], " \t\r\n"); len(rest) > 0 && rest[0] == '}' {
+		ins = ins[:len(ins)-1] // an empty object: no comma
+	}
+	if bb != nil && bb.off >= len(ins) && len(body) > 0 && &body[0] == &bb.b[bb.off] {
+		start := bb.off - len(ins)
+		copy(bb.b[start:], body[:i+1])
+		copy(bb.b[start+i+1:], ins)
+		bb.off = start
+		return bb.b[start : start+len(ins)+len(body)], true
+	}
 	out := make([]byte, 0, len(body)+len(ins))
 	out = append(out, body[:i+1]...)
-	if len(rest) > 0 && rest[0] == '}' {
-		out = append(out, ins[:len(ins)-1]...)
-	} else {
-		out = append(out, ins...)
-	}
+	out = append(out, ins...)
 	out = append(out, body[i+1:]...)
 	return out, true
 }

@@ -78,10 +78,21 @@ type routeCtx struct {
 	// body is the body as sent upstream; nil when not read, and dropped
 	// at the first byte of the answer (no retry can follow).
 	body []byte
+	// buf is the buffer the body was read into (body.go); inBuf says body
+	// still lies in it, under the request's hold, and own is the reader
+	// the handler left on the request, which nobody reads once an attempt
+	// has its own.
+	buf    *bodyBuf
+	bufGen uint64
+	inBuf  bool
+	own    io.Closer
 	// cur is the attempt in progress, if any.
 	cur *attempt
-	// tried lists the replicas this request has been sent to.
-	tried []string
+	// tried lists the replicas this request has been sent to; it only
+	// grows (triedList hands out its header), in triedBuf for the first
+	// two.
+	tried    []string
+	triedBuf [2]string
 	// reject is set when the policy gave up; retryAfter goes with it.
 	reject     rejectReason
 	retryAfter time.Duration
@@ -110,6 +121,23 @@ func newRouteCtx(now time.Time, req *policies.Request, body []byte) *routeCtx {
 	return &routeCtx{started: now, req: req, body: body}
 }
 
+// holdBody makes the request's hold on buf, where its body lies, the
+// context's, and returns the reader the handler leaves on the request.
+func (rc *routeCtx) holdBody(buf *bodyBuf) io.ReadCloser {
+	rc.buf, rc.bufGen, rc.inBuf = buf, buf.generation(), buf != nil
+	r := buf.reader(rc.body)
+	rc.own = r
+	return r
+}
+
+// releaseBodyLocked gives back the request's hold on the body's buffer.
+func (rc *routeCtx) releaseBodyLocked() {
+	if rc.inBuf {
+		rc.inBuf = false
+		rc.buf.drop()
+	}
+}
+
 // getRouteCtx returns the routing context of r, or nil if llm_route did not
 // run before the policy.
 func getRouteCtx(r *http.Request) *routeCtx {
@@ -135,9 +163,21 @@ func (rc *routeCtx) pending() (inProgress, refused bool) {
 
 // wasTried reports whether the request was already sent to addr.
 func (rc *routeCtx) wasTried(addr string) bool {
+	return triedIn(rc.triedList(), addr)
+}
+
+// triedList returns the replicas the request was sent to so far, for a
+// selection to check each replica without a lock per replica. The list
+// only grows, so the slice stays valid as it is.
+func (rc *routeCtx) triedList() []string {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
-	for _, a := range rc.tried {
+	return rc.tried
+}
+
+// triedIn reports whether addr is in tried.
+func triedIn(tried []string, addr string) bool {
+	for _, a := range tried {
 		if a == addr {
 			return true
 		}
@@ -153,6 +193,9 @@ func (rc *routeCtx) begin(a *attempt) bool {
 	done := rc.done
 	if !done {
 		rc.cur = a
+		if rc.tried == nil {
+			rc.tried = rc.triedBuf[:0]
+		}
 		rc.tried = append(rc.tried, a.rep.addr)
 	}
 	rc.mu.Unlock()
@@ -194,8 +237,13 @@ func (rc *routeCtx) finish(o outcome) {
 	if cur != nil {
 		o, forgive = rc.judgeLocked(cur, o)
 	}
+	if rc.inBuf {
+		rc.body = nil // its buffer goes back to the pool
+	}
+	rc.releaseBodyLocked()
 	rc.mu.Unlock()
-	waiters.release(rc.tk) // the tenant's slot (waitqueue.go)
+	rc.buf.retire(rc.bufGen) // nothing reads the body any more (body.go)
+	waiters.release(rc.tk)   // the tenant's slot (waitqueue.go)
 	rc.endJudged(cur, o, forgive)
 }
 
@@ -279,10 +327,13 @@ func (rc *routeCtx) rejection() (rejectReason, time.Duration) {
 // races and can send a retry a cut body. A new reader per attempt cannot.
 func (rc *routeCtx) attemptBody() (io.ReadCloser, int64, bool) {
 	rc.mu.Lock()
+	defer rc.mu.Unlock()
 	b := rc.body
-	rc.mu.Unlock()
 	if b == nil {
 		return nil, 0, false
+	}
+	if rc.inBuf {
+		return rc.buf.reader(b), int64(len(b)), true
 	}
 	return bodyReader(b), int64(len(b)), true
 }
@@ -298,6 +349,7 @@ func (rc *routeCtx) attemptBodyBytes() ([]byte, bool) {
 func (rc *routeCtx) setBody(b []byte) {
 	rc.mu.Lock()
 	rc.body = b
+	rc.releaseBodyLocked()
 	rc.mu.Unlock()
 }
 
@@ -312,13 +364,24 @@ func (rc *routeCtx) attempted() bool {
 func bodyReader(body []byte) io.ReadCloser { return io.NopCloser(bytes.NewReader(body)) }
 
 // firstByte marks the attempt in progress as answering. No retry can
-// follow, so the body is no longer needed.
+// follow, so the body is no longer needed: the request's hold on its
+// buffer goes, and so does the handler's reader when an attempt sends its
+// own, so that the buffer goes back to its pool as soon as the transport
+// has sent it (not when a long stream ends).
 func (rc *routeCtx) firstByte() {
 	rc.mu.Lock()
 	cur := rc.cur
 	rc.body = nil
+	rc.releaseBodyLocked()
+	own := rc.own
+	if cur != nil {
+		rc.own = nil
+	}
 	rc.mu.Unlock()
 	if cur != nil {
+		if own != nil {
+			_ = own.Close()
+		}
 		cur.firstByte()
 	}
 }

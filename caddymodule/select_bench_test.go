@@ -168,7 +168,7 @@ var (
 )
 
 func BenchmarkHandler(b *testing.B) {
-	for _, size := range []int{4 << 10, 64 << 10} {
+	for _, size := range []int{4 << 10, 64 << 10, 512 << 10} {
 		for _, stream := range []bool{false, true} {
 			mode := map[bool]string{false: "json", true: "sse"}[stream]
 			b.Run(fmt.Sprintf("%dKiB/%s", size>>10, mode), func(b *testing.B) {

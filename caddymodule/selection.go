@@ -30,7 +30,8 @@ func init() {
 type LLMSelection struct {
 	// Strategy is one of round_robin, prefix_affinity, least_load or
 	// prefix_load (the default): the longest believed-resident prefix,
-	// bounded by load, with a deterministic rendezvous home for cold prefixes.
+	// bounded by load, with new prefixes placed by the prefill queued on
+	// each replica.
 	Strategy string `json:"strategy,omitempty"`
 
 	// MaxInFlight caps the requests this router keeps in flight on each
@@ -198,6 +199,11 @@ type LLMSelection struct {
 	// states holds this policy's reference on each replica state it has
 	// seen, keyed by dial address.
 	states sync.Map // string -> *replicaState
+	// resolved is the last upstream slice's states, in its order, and
+	// statesGen counts the states dropped from states: a resolution made
+	// before a drop is stale (view.go, statesOf).
+	resolved  atomic.Pointer[resolvedPool]
+	statesGen atomic.Uint64
 
 	// poolSig fingerprints the last upstream set seen; a change triggers
 	// the departure check (departures.go).

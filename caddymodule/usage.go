@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+
+	"github.com/llmroute/caddy-llmroute/internal/jsonscan"
 )
 
 // maxSniffJSON bounds how much of a non-streamed body is copied to read its
@@ -187,11 +189,11 @@ func (s *usageSniffer) inspect(line []byte) bool {
 	if s.answer != nil {
 		s.answer.feed(data)
 	}
-	if bytes.Contains(data, []byte(`"finish_reason":"`)) || bytes.Contains(data, []byte(`"finish_reason": "`)) ||
-		bytes.Contains(data, []byte(`"type":"message_stop"`)) {
+	finish, usage := marks(data)
+	if finish {
 		s.finished = true
 	}
-	if !bytes.Contains(data, []byte(`"usage"`)) && !bytes.Contains(data, []byte(`"timings"`)) && !bytes.Contains(data, []byte(`"tokens_cached"`)) {
+	if !usage {
 		return false
 	}
 	usageOnly := s.read(data)
@@ -203,6 +205,34 @@ func (s *usageSniffer) inspect(line []byte) bool {
 		return true
 	}
 	return false
+}
+
+// marks reports in one pass whether data holds `"finish_reason":"` (or
+// with a space after the colon) or `"type":"message_stop"` (finish), and
+// whether it holds `"usage"`, `"timings"` or `"tokens_cached"` (usage):
+// what bytes.Contains of each would say, from one look at each quote.
+func marks(data []byte) (finish, usage bool) {
+	for i := 0; i < len(data); i++ {
+		j := bytes.IndexByte(data[i:], '"')
+		if j < 0 {
+			break
+		}
+		i += j
+		rest := data[i:]
+		if len(rest) < 2 {
+			break
+		}
+		switch rest[1] {
+		case 'f':
+			finish = finish || bytes.HasPrefix(rest, []byte(`"finish_reason":"`)) || bytes.HasPrefix(rest, []byte(`"finish_reason": "`))
+		case 't':
+			finish = finish || bytes.HasPrefix(rest, []byte(`"type":"message_stop"`))
+			usage = usage || bytes.HasPrefix(rest, []byte(`"timings"`)) || bytes.HasPrefix(rest, []byte(`"tokens_cached"`))
+		case 'u':
+			usage = usage || bytes.HasPrefix(rest, []byte(`"usage"`))
+		}
+	}
+	return finish, usage
 }
 
 // usageDoc is the part of a response or chunk that carries usage.
@@ -242,7 +272,26 @@ type usageDoc struct {
 
 // read records the usage in doc and reports whether doc is a usage-only
 // chunk (no choices).
+// The common OpenAI shape is read in one pass (scanUsage), any other by
+// encoding/json (readDecoded), with the same result.
 func (s *usageSniffer) read(doc []byte) bool {
+	f, ok := scanUsage(doc)
+	if !ok {
+		return s.readDecoded(doc)
+	}
+	if f.usage && f.details {
+		s.found, s.cached, s.promptTokens = true, f.cached, f.prompt
+	} else if f.usage && f.prompt > 0 {
+		s.promptTokens = f.prompt
+	}
+	if f.usage {
+		s.countTokens(f.prompt, tokenCounts{CompletionTokens: f.completion, TotalTokens: f.total})
+	}
+	return f.usage && !f.choices
+}
+
+// readDecoded is read through encoding/json.
+func (s *usageSniffer) readDecoded(doc []byte) bool {
 	var u usageDoc
 	if json.Unmarshal(doc, &u) != nil {
 		return false
@@ -313,5 +362,191 @@ func (s *usageSniffer) finish() {
 	}
 	if s.answer != nil {
 		s.answer.end(s.finished)
+	}
+}
+
+// openAIUsage is what scanUsage reads of an OpenAI-shaped usage: whether
+// the doc has a usage object, prompt_tokens_details in it (details) and
+// its cached_tokens, the counts, and whether choices is not empty.
+type openAIUsage struct {
+	usage, details, choices           bool
+	prompt, cached, completion, total int
+}
+
+// The fields of usageDoc: scanUsage reads the OpenAI ones and declines a
+// doc with any other (or one of them but for case), which read leaves to
+// encoding/json.
+var (
+	usageDocFields   = []string{"choices", "usage", "response", "type", "message", "timings", "tokens_cached", "tokens_evaluated"}
+	usageFields      = []string{"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details", "input_tokens_details", "input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens"}
+	usageDetailField = []string{"cached_tokens"}
+)
+
+// scanUsage reads an OpenAI-shaped usage chunk or response in one pass,
+// exactly as encoding/json would decode it into usageDoc, or declines (ok
+// false): any other usage shape (llama.cpp's timings, Anthropic's, the
+// Responses API's), duplicate fields, a count that is not a plain integer,
+// anything that would not decode.
+func scanUsage(doc []byte) (f openAIUsage, ok bool) {
+	s := jsonscan.New(doc)
+	if !s.Open('{') {
+		return f, false
+	}
+	var seen [2]bool
+	if !s.Empty('}') {
+		for {
+			k, ok := s.Key(usageDocFields...)
+			if !ok {
+				return f, false
+			}
+			switch k {
+			case "choices":
+				if seen[0] {
+					return f, false
+				}
+				seen[0] = true
+				if !s.Lit("null") {
+					if !s.Open('[') {
+						return f, false
+					}
+					if !s.Empty(']') {
+						f.choices = true
+						for {
+							if _, ok := s.Skip(); !ok {
+								return f, false
+							}
+							more, ok := s.Next(']')
+							if !ok {
+								return f, false
+							}
+							if !more {
+								break
+							}
+						}
+					}
+				}
+			case "usage":
+				if seen[1] || !scanUsageObject(&s, &f) {
+					return f, false
+				}
+				seen[1] = true
+			case "response", "type", "message", "timings", "tokens_cached", "tokens_evaluated":
+				return f, false
+			default:
+				if _, ok := s.Skip(); !ok {
+					return f, false
+				}
+			}
+			more, ok := s.Next('}')
+			if !ok {
+				return f, false
+			}
+			if !more {
+				break
+			}
+		}
+	}
+	return f, s.End()
+}
+
+// scanUsageObject reads the usage object (null declines).
+func scanUsageObject(s *jsonscan.Scanner, f *openAIUsage) bool {
+	if !s.Open('{') {
+		return false
+	}
+	f.usage = true
+	if s.Empty('}') {
+		return true
+	}
+	var seen [4]bool
+	for {
+		k, ok := s.Key(usageFields...)
+		if !ok {
+			return false
+		}
+		i := -1
+		for j, n := range usageFields[:4] {
+			if k == n {
+				i = j
+			}
+		}
+		switch {
+		case i >= 0 && seen[i]:
+			return false
+		case i == 3:
+			seen[i] = true
+			if !s.Lit("null") {
+				f.details = true
+				if !scanCount(s, &f.cached, "cached_tokens") {
+					return false
+				}
+			}
+		case i >= 0:
+			seen[i] = true
+			v := []*int{&f.prompt, &f.completion, &f.total}[i]
+			if !s.Lit("null") {
+				n, ok := s.Int()
+				if !ok {
+					return false
+				}
+				*v = int(n)
+			}
+		default:
+			for _, n := range usageFields[4:] {
+				if k == n {
+					return false
+				}
+			}
+			if _, ok := s.Skip(); !ok {
+				return false
+			}
+		}
+		more, ok := s.Next('}')
+		if !ok {
+			return false
+		}
+		if !more {
+			return true
+		}
+	}
+}
+
+// scanCount reads an object whose field name is an integer (others are
+// skipped) into v.
+func scanCount(s *jsonscan.Scanner, v *int, name string) bool {
+	if !s.Open('{') {
+		return false
+	}
+	if s.Empty('}') {
+		return true
+	}
+	seen := false
+	for {
+		k, ok := s.Key(name)
+		if !ok {
+			return false
+		}
+		if k == name {
+			if seen {
+				return false
+			}
+			seen = true
+			if !s.Lit("null") {
+				n, ok := s.Int()
+				if !ok {
+					return false
+				}
+				*v = int(n)
+			}
+		} else if _, ok := s.Skip(); !ok {
+			return false
+		}
+		more, ok := s.Next('}')
+		if !ok {
+			return false
+		}
+		if !more {
+			return true
+		}
 	}
 }

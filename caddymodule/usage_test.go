@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 // TestUsageSnifferSSE proves the sniffer reads cached tokens from a stream
@@ -66,15 +69,36 @@ func TestUsageSnifferShapes(t *testing.T) {
 	}
 }
 
-// TestWithIncludeUsage proves the body rewrite adds stream_options only
-// when the client set none.
+// TestWithIncludeUsage proves the body rewrite adds stream_options, in
+// place in the buffer the body was read into or in a copy, and that a
+// body with a stream_options of its own is never rewritten (the handler
+// asks only when Parse found none).
 func TestWithIncludeUsage(t *testing.T) {
-	out, ok := withIncludeUsage([]byte(`{"model":"m","stream":true}`))
-	assert.True(t, ok)
-	assert.JSONEq(t, `{"model":"m","stream":true,"stream_options":{"include_usage":true}}`, string(out))
-	out, ok = withIncludeUsage([]byte(` { } `))
-	assert.True(t, ok)
-	assert.JSONEq(t, `{"stream_options":{"include_usage":true}}`, string(out))
-	_, ok = withIncludeUsage([]byte(`{"stream_options":{"include_usage":false}}`))
-	assert.False(t, ok)
+	for in, want := range map[string]string{
+		`{"model":"m","stream":true}`: `{"model":"m","stream":true,"stream_options":{"include_usage":true}}`,
+		` { } `:                       `{"stream_options":{"include_usage":true}}`,
+	} {
+		out, ok := withIncludeUsage(nil, []byte(in))
+		assert.True(t, ok)
+		assert.JSONEq(t, want, string(out))
+		bb, body, err := readBody(strings.NewReader(in), int64(len(in)), 1<<20)
+		require.NoError(t, err)
+		out, ok = withIncludeUsage(bb, body)
+		assert.True(t, ok)
+		assert.JSONEq(t, want, string(out))
+		assert.Same(t, &bb.b[bb.off], &out[0], "in place, in the room before the body")
+		assert.Same(t, &body[len(body)-1], &out[len(out)-1], "the body itself did not move")
+	}
+	for _, body := range []string{`{"stream_options":{"include_usage":false}}`, `{"stream_options":null}`} {
+		req, err := policies.Parse("/v1/chat/completions", []byte(body), policies.ParseConfig{})
+		if err == nil {
+			assert.True(t, req.HasStreamOptions, body)
+		}
+		req, err = policies.Parse("/v1/chat/completions", []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}],`+body[1:]), policies.ParseConfig{})
+		require.NoError(t, err)
+		assert.True(t, req.HasStreamOptions, body)
+	}
+	req, err := policies.Parse("/v1/chat/completions", []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"\"stream_options\""}]}`), policies.ParseConfig{})
+	require.NoError(t, err)
+	assert.False(t, req.HasStreamOptions, "only the body's own field counts")
 }

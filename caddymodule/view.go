@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
@@ -35,6 +36,27 @@ func (res selectResult) refusal() rejectReason {
 	return rejectNoHealthy
 }
 
+// selectScratch is one selection's view of the pool and the states behind
+// it. It is pooled (scratches), so that a decision allocates nothing for
+// its view whatever the pool's size: the strategies read the view and keep
+// none of it.
+type selectScratch struct {
+	view   []policies.Replica
+	states []*replicaState
+	downs  []bool // counted in res.cooling
+}
+
+var scratches = sync.Pool{New: func() any { return new(selectScratch) }}
+
+// release clears the scratch (it must not keep replica states or indexes
+// alive) and returns it to the pool.
+func (sc *selectScratch) release() {
+	clear(sc.view)
+	clear(sc.states)
+	sc.view, sc.states, sc.downs = sc.view[:0], sc.states[:0], sc.downs[:0]
+	scratches.Put(sc)
+}
+
 // trySelect builds the replicas' view, asks the strategy, reserves a slot
 // on its pick and starts the attempt there. A lost race for the last slot
 // makes it ask again without that replica, at most once per replica.
@@ -43,14 +65,14 @@ func (res selectResult) refusal() rejectReason {
 // decides departures (that would purge and drop a replica that joined
 // since, whose fresh state would then forget its slow start and in-flight
 // count) nor brings back a replica that left since.
+//
+// Its cost is one lock per replica (snapshot) and the strategy's pick:
+// the replicas' states come from the last pool resolved (statesOf), the
+// tried list is read once, and the view is pooled.
 func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request, rc *routeCtx, keys policies.Keys, start time.Time, queued bool) (*reverseproxy.Upstream, selectResult) {
 	now := p.clock.Now()
-	var buf [16]policies.Replica
-	view := buf[:0]
-	var sbuf [16]*replicaState
-	states := sbuf[:0]
-	var dbuf [16]bool
-	downs := dbuf[:0] // counted in res.cooling
+	sc := scratches.Get().(*selectScratch)
+	defer sc.release()
 	var res selectResult
 	res.total = len(pool)
 	var gone map[string]bool
@@ -59,23 +81,25 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 	} else {
 		p.checkDepartures(pool)
 	}
-	for _, u := range pool {
+	resolved := p.statesOf(pool, gone)
+	tried := rc.triedList()
+	for i, u := range pool {
 		addr := u.String()
 		if gone[addr] {
 			res.cooling++
-			view = append(view, policies.Replica{Addr: addr, Unavailable: true, EngineWaiting: -1, EngineRunning: -1, KVUsage: -1})
-			states = append(states, nil)
-			downs = append(downs, true)
+			sc.view = append(sc.view, policies.Replica{Addr: addr, Unavailable: true, EngineWaiting: -1, EngineRunning: -1, KVUsage: -1})
+			sc.states = append(sc.states, nil)
+			sc.downs = append(sc.downs, true)
 			continue
 		}
-		st := p.state(addr)
+		st := resolved[i]
 		limit := p.MaxInFlight
 		if u.MaxRequests > 0 && (limit == 0 || u.MaxRequests < limit) {
 			limit = u.MaxRequests
 		}
-		limit = st.slowStartLimit(now, limit, time.Duration(p.SlowStart))
-		v := st.snapshot(now, limit)
-		down := v.avail == availCooling || !u.Healthy() || rc.wasTried(addr)
+		v := st.snapshot(now, limit, time.Duration(p.SlowStart))
+		limit = v.limit
+		down := v.avail == availCooling || !u.Healthy() || triedIn(tried, addr)
 		unavailable := down || v.avail == availProbing
 		if down {
 			res.cooling++
@@ -86,12 +110,18 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 				res.limited++
 			}
 		}
-		view = append(view, policies.Replica{
+		inFlight := v.inFlight
+		if v.avail == availFull {
+			// Full is expressed through InFlight >= Cap so strategies see it.
+			inFlight = max(v.inFlight, limit)
+		}
+		sc.view = append(sc.view, policies.Replica{
 			Addr:       addr,
-			InFlight:   v.inFlight,
+			AddrHash:   st.addrHash,
+			InFlight:   inFlight,
 			Prefilling: v.prefilling,
 			// What the replica still has to prefill for this router.
-			PendingPrefill: pendingPrefill(st),
+			PendingPrefill: v.pending,
 			Cap:            limit,
 			Unavailable:    unavailable,
 			EngineWaiting:  v.waiting,
@@ -99,13 +129,10 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 			KVUsage:        v.kv,
 			Index:          st.belief.Index(),
 		})
-		if v.avail == availFull {
-			// Full is expressed through InFlight >= Cap so strategies see it.
-			view[len(view)-1].InFlight = max(v.inFlight, limit)
-		}
-		states = append(states, st)
-		downs = append(downs, down)
+		sc.states = append(sc.states, st)
+		sc.downs = append(sc.downs, down)
 	}
+	view, states := sc.view, sc.states
 	if res.cooling == res.total {
 		p.keepOneRoutable(pool, rc, view, states, &res, now)
 	}
@@ -113,7 +140,7 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 		res.shed = true // the rest of the pool is kept for higher bands
 		return nil, res
 	}
-	pinned := pinTo(rc, view, downs, &res)
+	pinned := pinTo(rc, view, sc.downs, &res)
 	for range len(view) {
 		i, how := p.pick(rc, keys, view, pinned)
 		if i < 0 {
@@ -146,6 +173,50 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 		return pool[i], res
 	}
 	return nil, res
+}
+
+// resolvedPool is the replica states of one upstream slice, in its order,
+// as of the policy's states generation gen.
+type resolvedPool struct {
+	gen    uint64
+	states []*replicaState
+}
+
+// statesOf returns the replica state of each upstream of pool, in order
+// (nil for those in gone, which must not be brought back). Static
+// upstreams arrive as the same slice on every request, so the states of
+// the last pool resolved are kept and checked entry by entry (the same
+// address, and no state dropped since: p.statesGen); only a pool that
+// differs is looked up address by address and becomes the one kept.
+func (p *LLMSelection) statesOf(pool reverseproxy.UpstreamPool, gone map[string]bool) []*replicaState {
+	if len(gone) > 0 {
+		states := make([]*replicaState, len(pool))
+		for i, u := range pool {
+			if addr := u.String(); !gone[addr] {
+				states[i] = p.state(addr)
+			}
+		}
+		return states
+	}
+	gen := p.statesGen.Load()
+	if c := p.resolved.Load(); c != nil && c.gen == gen && len(c.states) == len(pool) {
+		same := true
+		for i, u := range pool {
+			if c.states[i].addr != u.String() {
+				same = false
+				break
+			}
+		}
+		if same {
+			return c.states
+		}
+	}
+	states := make([]*replicaState, len(pool))
+	for i, u := range pool {
+		states[i] = p.state(u.String())
+	}
+	p.resolved.Store(&resolvedPool{gen: gen, states: states})
+	return states
 }
 
 // pick chooses among view: the replica holding the request's response
@@ -243,7 +314,7 @@ func (p *LLMSelection) keepOneRoutable(pool reverseproxy.UpstreamPool, rc *route
 		if st == nil || !pool[i].Healthy() || rc.wasTried(view[i].Addr) {
 			continue
 		}
-		v := st.snapshot(now, view[i].Cap)
+		v := st.snapshot(now, view[i].Cap, 0)
 		if v.avail != availCooling || v.coolReason != reasonStatus {
 			continue
 		}
@@ -255,7 +326,7 @@ func (p *LLMSelection) keepOneRoutable(pool reverseproxy.UpstreamPool, rc *route
 		return
 	}
 	metricStatusOverrides.WithLabelValues(view[best].Addr).Inc()
-	v := states[best].snapshot(now, view[best].Cap)
+	v := states[best].snapshot(now, view[best].Cap, 0)
 	view[best].Unavailable = v.avail != availOK
 	res.cooling--
 }

@@ -2,6 +2,7 @@ package policies
 
 import (
 	"encoding/binary"
+	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -41,6 +42,8 @@ type sink struct {
 	max    int
 	blocks []uint64
 	total  int // bytes written, including those past the block cap
+
+	rune [utf8.UTFMax]byte // writeUnquoted's scratch
 }
 
 // initChain makes c a chain whose first block is seeded with leading.

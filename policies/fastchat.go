@@ -1,10 +1,10 @@
 package policies
 
 import (
-	"bytes"
-	"encoding/binary"
 	"strings"
 	"unsafe"
+
+	"github.com/llmroute/caddy-llmroute/internal/jsonscan"
 )
 
 // fastChat is a one-pass fast path for the common
@@ -35,74 +35,18 @@ func (s *fscan) ws() {
 	}
 }
 
-// hasCtl reports whether s holds a byte below 0x20 (invalid in a JSON
-// string), eight bytes at a time.
-func hasCtl(s []byte) bool {
-	for len(s) >= 8 {
-		w := binary.LittleEndian.Uint64(s)
-		if (w-0x2020202020202020)&^w&0x8080808080808080 != 0 {
-			return true
-		}
-		s = s[8:]
-	}
-	for _, c := range s {
-		if c < 0x20 {
-			return true
-		}
-	}
-	return false
-}
-
-func isHex(c byte) bool {
-	return c-'0' < 10 || (c|0x20)-'a' < 6
-}
-
 // str scans a string at s.i (which must be '"'); it returns the literal
-// (quotes included) and whether it holds escapes.
+// (quotes included) and whether it holds escapes. It reads each byte once
+// (jsonscan.StringEnd: quotes, backslashes and control bytes eight bytes
+// at a time).
 func (s *fscan) str() (lit []byte, esc, ok bool) {
-	start := s.i
-	j := s.i + 1
-	k := bytes.IndexByte(s.b[j:], '"')
-	if k < 0 {
+	end, esc, ok := jsonscan.StringEnd(s.b, s.i)
+	if !ok {
 		return nil, false, false
 	}
-	seg := s.b[j : j+k]
-	if bytes.IndexByte(seg, '\\') < 0 {
-		if hasCtl(seg) {
-			return nil, false, false
-		}
-		s.i = j + k + 1
-		return s.b[start:s.i], false, true
-	}
-	// Escapes: byte by byte.
-	for j < len(s.b) {
-		c := s.b[j]
-		switch {
-		case c == '"':
-			s.i = j + 1
-			return s.b[start:s.i], true, true
-		case c < 0x20:
-			return nil, false, false
-		case c == '\\':
-			if j+1 >= len(s.b) {
-				return nil, false, false
-			}
-			switch s.b[j+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				j += 2
-			case 'u':
-				if j+6 > len(s.b) || !isHex(s.b[j+2]) || !isHex(s.b[j+3]) || !isHex(s.b[j+4]) || !isHex(s.b[j+5]) {
-					return nil, false, false
-				}
-				j += 6
-			default:
-				return nil, false, false
-			}
-		default:
-			j++
-		}
-	}
-	return nil, false, false
+	lit = s.b[s.i:end]
+	s.i = end
+	return lit, esc, true
 }
 
 func (s *fscan) lit(word string) bool {
@@ -360,6 +304,7 @@ func fastChat(body []byte, cfg ParseConfig) (*Request, bool) {
 			}
 			b.Stream = jsonBool(string(v) == "true")
 		case "stream_options":
+			b.StreamOptions.Present = true
 			if s.i < len(s.b) && s.b[s.i] == '{' {
 				if !s.streamOptions(&b.StreamOptions) {
 					return nil, false
@@ -511,6 +456,11 @@ func (s *fscan) messages(b *chatBody) bool {
 				lit, esc, ok := s.str()
 				if !ok {
 					return false
+				}
+				if k == "content" && esc {
+					// Decoded as it renders: no copy of the prompt.
+					m.Content = content{lit: lit, kind: shapeString}
+					break
 				}
 				v, ok := text(lit, esc)
 				if !ok {

@@ -146,10 +146,30 @@ func TestPrefixLoadNewPrefixAlone(t *testing.T) {
 	rs[rank[3]].InFlight = 40 // cold bound ceil(3*51/6)+2 = 28
 	assert.Equal(t, rank[0], s.Pick(keys, rs), "home past the cold bound: the rendezvous home")
 
-	// Equal pending prefill and load: the new prefix goes to the higher rank.
-	other := Keys{Leading: 99, Blocks: []uint64{31}, LeadingBlocks: 1}
+	// A fresh router, everything equal: the new prefix goes to the higher
+	// rank; then each next new prefix to a replica not chosen yet, as
+	// round robin would, since the bytes queued there do not say how far
+	// the engine got with them.
+	f := mustStrategy(t, "prefix_load", Options{Peers: PeersNone})
+	other := Keys{Leading: 99, Blocks: []uint64{31}, LeadingBlocks: 1, Bytes: 1000}
 	fresh := replicas(6)
-	assert.Equal(t, ranked(other.Leading, fresh)[0], s.Pick(other, fresh))
+	assert.Equal(t, ranked(other.Leading, fresh)[0], f.Pick(other, fresh))
+	// The replica just chosen shows the least queued (its prompt, short,
+	// already had its first byte), the others a little more, within half a
+	// prompt: the bytes alone would choose it again every time.
+	seen := map[int]bool{}
+	last := -1
+	for k := uint64(1); k <= 6; k++ {
+		for i := range fresh {
+			fresh[i].PendingPrefill = 100
+		}
+		if last >= 0 {
+			fresh[last].PendingPrefill = 0
+		}
+		last = f.Pick(Keys{Leading: 1000 + k, Blocks: []uint64{1000 + k}, LeadingBlocks: 1, Bytes: 1000}, fresh)
+		seen[last] = true
+	}
+	assert.Len(t, seen, 6, "six new prefixes on six replicas")
 }
 
 // TestPrefixLoadNewPrefixWithPeers proves the rules with peers and no
@@ -173,7 +193,7 @@ func TestPrefixLoadNewPrefixWithPeers(t *testing.T) {
 	rs[orank[0]].PendingPrefill = 1001
 	rs[orank[2]].PendingPrefill = 0
 	for _, i := range []int{orank[1], orank[3], orank[4], orank[5]} {
-		rs[i].PendingPrefill = 10
+		rs[i].PendingPrefill = 1500 // past the slack too
 	}
 	assert.Equal(t, orank[2], s.Pick(other, rs), "home past the slack: the least pending")
 	assert.Equal(t, orank[0], s.Pick(other, rs), "it came back: the rendezvous home, not the first placement")

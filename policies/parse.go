@@ -213,6 +213,7 @@ func fillCommon(req *Request, c *commonBody) {
 	req.Model = c.Model.str()
 	req.Stream = bool(c.Stream)
 	req.IncludeUsage = bool(c.StreamOptions.IncludeUsage)
+	req.HasStreamOptions = c.StreamOptions.Present
 	req.CacheSalt = c.CacheSalt.str()
 	req.PromptCacheKey = c.PromptCacheKey.str()
 }

@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -358,6 +359,24 @@ func benchmarkParse(b *testing.B, size int) {
 func BenchmarkParse4K(b *testing.B)   { benchmarkParse(b, 4<<10) }
 func BenchmarkParse64K(b *testing.B)  { benchmarkParse(b, 64<<10) }
 func BenchmarkParse512K(b *testing.B) { benchmarkParse(b, 512<<10) }
+
+// BenchmarkParse512KEscaped is BenchmarkParse512K with the line breaks and
+// quotes of real prompts (an escape every 40 bytes or so): the escaped
+// strings are rendered from the body itself, not copied (B/op stays that
+// of the unescaped body).
+func BenchmarkParse512KEscaped(b *testing.B) {
+	body := bytes.ReplaceAll(benchChat(512<<10), []byte("fox "), []byte(`fox\n\"`))
+	if _, err := Parse("/v1/chat/completions", body, ParseConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse("/v1/chat/completions", body, ParseConfig{Deployment: "d"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
 
 // TestParseStateFields proves the fields that route by state rather than
 // prefix are read: prompt_cache_key (chat, by the fast path and the

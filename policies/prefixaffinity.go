@@ -23,7 +23,7 @@ func (s *prefixAffinity) Pick(keys Keys, replicas []Replica) int {
 		if !replicas[i].Free() {
 			continue
 		}
-		if sc := Rendezvous(keys.Leading, replicas[i].Addr); best < 0 || sc > bestScore {
+		if sc := replicas[i].rank(keys.Leading); best < 0 || sc > bestScore {
 			best, bestScore = i, sc
 		}
 	}

@@ -1,6 +1,9 @@
 package policies
 
-import "math"
+import (
+	"math"
+	"sync"
+)
 
 // prefixLoad is llmroute's default strategy: cache affinity under a load
 // bound, with new prefixes placed by the prefill queued ahead of them. For
@@ -28,13 +31,15 @@ import "math"
 //     it spills to the highest-ranked candidate, deterministic too.
 //  4. A cold prefix (no match on any candidate) with a known home goes
 //     there if the home is within the looser cold bound (c =
-//     Options.ColdBalanceFactor).
-//  5. A new prefix goes to the candidate with the least PendingPrefill
-//     (then the least load, then the highest rank), and that replica
-//     becomes its home. With peers (other routers) and no shared
-//     Directory, it goes to its rendezvous home within the cold bound
-//     instead while that one's PendingPrefill exceeds the least by no more
-//     than Options.ColdSlack times the prefix's own prompt, and its home
+//     Options.ColdBalanceFactor); with peers and no Directory, a prefix
+//     this router has seen before goes to its rendezvous home within that
+//     bound.
+//  5. A new prefix goes, among the candidates whose PendingPrefill
+//     exceeds the least by no more than Options.ColdSlack times the
+//     prefix's own prompt, to the one this router chose least recently,
+//     and that replica becomes its home. With peers (other routers) and no
+//     shared Directory, it goes to its rendezvous home within the cold
+//     bound instead while that one is within the same slack, and its home
 //     stays the rendezvous one.
 //  6. A request without keys goes to the least-loaded Free replica, ties
 //     broken pseudo-randomly.
@@ -67,10 +72,15 @@ import "math"
 //   - A new prefix's time to first token is set by the prefill queued ahead
 //     of it, not by the requests decoding there: Dynamo's uncached-prefill
 //     term. PendingPrefill is that queue as this router knows it (its
-//     requests' believed-uncached prompt bytes until their first byte), so
-//     traffic that shares nothing is placed as well as round robin places
-//     it, where hashing it to a home (the rule of earlier releases) doubled
-//     its TTFT p99 (lab/experiments/results/variants.md).
+//     requests' believed-uncached prompt bytes until their first byte).
+//     The bytes do not say how far the engine got with them: among
+//     replicas with about the same queue, the one chosen least recently
+//     has had its queue longest, which is what round robin gets right
+//     (with the bytes alone, traffic that shares nothing had 1.3-1.9x
+//     round robin's TTFT p99 on four small replicas). So traffic that
+//     shares nothing is placed as well as round robin places it, where
+//     hashing it to a home (the rule of earlier releases) gave it 2.5-4.3x
+//     round robin's p99 (lab/experiments/results/variants.md).
 //   - A one-off document and a reusable system prompt look alike at first
 //     sight; the placement by load is cheap to undo, because the home it
 //     records is where the prefix's later requests go, and is balanced by
@@ -81,15 +91,17 @@ import "math"
 //     that comes back, or matches only its leading run, goes to its
 //     rendezvous home, which every instance computes alike, so the
 //     instances converge on one copy from a prefix's second request on;
-//     its first request at each router goes home too unless home has
-//     more prefill queued than ColdSlack allows. Only shared state (a Directory)
-//     lets the first request of every router follow a placement by load.
+//     its first request at each router goes home too unless home has more
+//     prefill queued than ColdSlack allows. Only shared state (a
+//     Directory) lets the first request of every router follow a placement
+//     by load.
 //
 // The caller records the decision with the chosen replica's belief
 // (Belief.Place); Pick itself changes no index. It records a new prefix's
-// home (Directory.Claim) and weighs the view as evidence of peers. Pick
-// costs O(blocks + replicas): Match stops at the first missing block, and
-// most replicas miss at block 0. It does not allocate.
+// home (Directory.Claim), the order in which it chose the replicas, and
+// weighs the view as evidence of peers. Pick costs O(blocks + replicas):
+// Match stops at the first missing block, and most replicas miss at block
+// 0. It does not allocate once it has seen each replica's address.
 type prefixLoad struct {
 	opts  Options
 	least leastLoad
@@ -104,6 +116,8 @@ type prefixLoad struct {
 	// other routers send it. Other leading-run matches keep their replica.
 	provisional *HomeTable
 	sense       *peerSense
+	// sent orders the replicas by this router's last choice of them.
+	sent dispatchOrder
 }
 
 // MatchFunc answers how much of keys is resident on replicas[i] (0 =
@@ -148,7 +162,8 @@ func (s *prefixLoad) Peers() bool {
 }
 
 // HomeKey is the key a prefix's home is ranked by: the leading key when
-// the leading run (system prompt, tools) covers at least one block, else
+// the leading run (the system and developer messages) covers at least one
+// block, else
 // the first block, so that requests with no system prompt, which all share
 // one leading key, do not all share one home.
 func HomeKey(keys Keys) uint64 {
@@ -160,6 +175,14 @@ func HomeKey(keys Keys) uint64 {
 
 // Pick returns the chosen Free replica's index, or -1 when none is Free.
 func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
+	i := s.pick(keys, replicas)
+	if i >= 0 {
+		s.sent.mark(replicas[i].Addr)
+	}
+	return i
+}
+
+func (s *prefixLoad) pick(keys Keys, replicas []Replica) int {
 	if s.opts.Peers == PeersAuto {
 		s.sense.observe(replicas)
 	}
@@ -220,7 +243,7 @@ func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
 			continue
 		}
 		l := r.Load()
-		sc := Rendezvous(hk, r.Addr)
+		sc := r.rank(hk)
 		var m int
 		if s.match != nil {
 			m = s.match(keys, i, r)
@@ -308,7 +331,7 @@ func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
 	// the slack.
 	slack := int(s.opts.ColdSlack * float64(keys.Bytes))
 	nearHome := replicas[coldHome].PendingPrefill <= replicas[coolest].PendingPrefill+slack
-	choice := coolest
+	choice := s.settled(replicas, hk, coolest, slack, bound, minLoad, allSat)
 	if peers && !s.shared && nearHome {
 		choice = coldHome
 	}
@@ -356,17 +379,60 @@ func (s *prefixLoad) find(replicas []Replica, addr string, allSat bool) int {
 	return -1
 }
 
-// cooler reports whether r (rank sc) is a better place for a new prefix
-// than c (rank csc): less prefill pending, then less load, then the higher
-// rank. legacy compares load alone, as cold_choices 3 did.
+// cooler reports whether r (rank sc) has less queued than c (rank csc):
+// less prefill pending, then less load, then the higher rank. legacy
+// compares load alone, as cold_choices 3 did.
 func (s *prefixLoad) cooler(r *Replica, sc uint64, c *Replica, csc uint64, legacy bool) bool {
-	if !legacy {
-		if r.PendingPrefill != c.PendingPrefill {
-			return r.PendingPrefill < c.PendingPrefill
-		}
+	if !legacy && r.PendingPrefill != c.PendingPrefill {
+		return r.PendingPrefill < c.PendingPrefill
 	}
 	if l, cl := r.Load(), c.Load(); l != cl {
 		return l < cl
 	}
 	return sc > csc
+}
+
+// settled returns, among the candidates whose pending prefill exceeds the
+// least (coolest's) by no more than slack, the one this router chose
+// least recently: its pending prompts have had the longest to be
+// prefilled, which the bytes alone do not say.
+// Ties go to the cooler one (see cooler).
+func (s *prefixLoad) settled(replicas []Replica, hk uint64, coolest, slack, bound, minLoad int, allSat bool) int {
+	limit := replicas[coolest].PendingPrefill + slack
+	best, bestAt, bestScore := coolest, s.sent.last(replicas[coolest].Addr), Rendezvous(hk, replicas[coolest].Addr)
+	for i := range replicas {
+		r := &replicas[i]
+		if i == coolest || !s.eligible(r, allSat) || !s.within(r, bound, minLoad) || r.PendingPrefill > limit {
+			continue
+		}
+		at, sc := s.sent.last(r.Addr), Rendezvous(hk, r.Addr)
+		if at < bestAt || (at == bestAt && s.cooler(r, sc, &replicas[best], bestScore, false)) {
+			best, bestAt, bestScore = i, at, sc
+		}
+	}
+	return best
+}
+
+// dispatchOrder remembers, per replica address, when this router last
+// chose it (a counter, not a clock).
+type dispatchOrder struct {
+	mu sync.Mutex
+	n  uint64
+	at map[string]uint64
+}
+
+func (d *dispatchOrder) last(addr string) uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.at[addr]
+}
+
+func (d *dispatchOrder) mark(addr string) {
+	d.mu.Lock()
+	d.n++
+	if d.at == nil {
+		d.at = map[string]uint64{}
+	}
+	d.at[addr] = d.n
+	d.mu.Unlock()
 }

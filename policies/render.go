@@ -38,6 +38,10 @@ func field(w *sink, tag string, v *jsonText) {
 func renderContent(w *sink, c *content) {
 	switch c.kind {
 	case shapeString:
+		if c.lit != nil {
+			w.writeUnquoted(c.lit)
+			return
+		}
 		w.WriteString(c.text)
 	case shapeArray:
 		for i := range c.parts {

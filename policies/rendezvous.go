@@ -11,7 +11,24 @@ import "github.com/cespare/xxhash/v2"
 // The score is xxhash64 of addr mixed with key through splitmix64; it does
 // not allocate.
 func Rendezvous(key uint64, addr string) uint64 {
-	return mix64(xxhash.Sum64String(addr) ^ mix64(key))
+	return rank(key, HashAddr(addr))
+}
+
+// HashAddr is the hash of a replica's address that Rendezvous mixes with a
+// key; a caller that keeps it per replica passes it as Replica.AddrHash.
+func HashAddr(addr string) uint64 { return xxhash.Sum64String(addr) }
+
+// rank is Rendezvous from the address's hash.
+func rank(key, addrHash uint64) uint64 { return mix64(addrHash ^ mix64(key)) }
+
+// rank returns Rendezvous(key, r.Addr), from r.AddrHash when it is set
+// (one hash of the address fewer per replica and decision).
+func (r *Replica) rank(key uint64) uint64 {
+	h := r.AddrHash
+	if h == 0 {
+		h = HashAddr(r.Addr)
+	}
+	return rank(key, h)
 }
 
 // mix64 is splitmix64's finalizer: a bijective mix whose output bits each

@@ -36,7 +36,7 @@ func PickSession(sessionKey uint64, home string, replicas []Replica, opts Option
 		if home != "" && r.Addr == home {
 			return i
 		}
-		if sc := Rendezvous(sessionKey, r.Addr); best < 0 || sc > bestScore {
+		if sc := r.rank(sessionKey); best < 0 || sc > bestScore {
 			best, bestScore = i, sc
 		}
 	}

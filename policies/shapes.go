@@ -89,11 +89,15 @@ func (b *jsonBool) UnmarshalJSON(data []byte) error {
 }
 
 // streamOptions is stream_options; anything but an object is ignored.
+// Present records that the body has the field at all (any value, null
+// included).
 type streamOptions struct {
 	IncludeUsage jsonBool
+	Present      bool
 }
 
 func (o *streamOptions) UnmarshalJSON(data []byte) error {
+	o.Present = true
 	o.IncludeUsage = false
 	if len(data) > 0 && data[0] == '{' {
 		var v struct {
@@ -148,9 +152,12 @@ type chatMessage struct {
 	ToolCalls  toolCalls `json:"tool_calls"`
 }
 
-// content is a message's content: a string or an array of parts.
+// content is a message's content: a string or an array of parts. A string
+// is text, or (fastChat) lit: its literal, escapes and all, decoded as it
+// renders (sink.writeUnquoted) so that it is never copied.
 type content struct {
 	text  string
+	lit   []byte
 	parts []contentPart
 	kind  shape
 }

@@ -17,12 +17,13 @@ const (
 	DefaultLoadSlack = 2
 	// DefaultMinMatchBlocks is the shortest resident prefix that counts.
 	DefaultMinMatchBlocks = 1
-	// DefaultColdSlack is, with peers, how much more pending prefill than
-	// the least-loaded candidate a new prefix's rendezvous home may have,
-	// as a fraction of the new prefix's own prompt, for the prefix to go
-	// home anyway: 0.5, so that going home never delays a first token by
-	// more than half the prefill it needs anyway. With prompts of one size
-	// that is "home unless it has more prefill queued than the least";
+	// DefaultColdSlack is how much more pending prefill than the least a
+	// replica may have, as a fraction of a new prefix's own prompt, to be
+	// among the replicas the prefix may go to: 0.5, so that placing it
+	// there never delays its first token by more than half the prefill it
+	// needs anyway. Among those, alone, the least recently chosen takes
+	// it; with peers, its rendezvous home if that is one of them. With
+	// prompts of one size that is "the replicas with the least queued";
 	// larger fractions make instances agree on more first placements and
 	// queue traffic that shares nothing behind itself (variants.md).
 	DefaultColdSlack = 0.5
@@ -66,7 +67,8 @@ type Options struct {
 	// comparison: 1 always sends a cold prefix to its rendezvous home
 	// within the cold bound (every instance agrees on every first
 	// placement, and traffic that shares nothing is hashed, not balanced:
-	// twice the TTFT p99 of round robin); 2 sends it to the second rank
+	// 2.5-4.3x the TTFT p99 of round robin in the simulator); 2 sends it
+	// to the second rank
 	// when that one is less loaded; 3 or more to the least-loaded
 	// candidate (ties to the higher rank), which with several instances
 	// scatters shared prompts.
@@ -76,21 +78,23 @@ type Options struct {
 	// metrics. With peers a prefix's home is its rendezvous home unless a
 	// Directory is shared.
 	Peers PeerMode
-	// ColdSlack is, with peers and no Directory, how much more pending
-	// prefill a new prefix's rendezvous home may have than the
-	// least-loaded candidate, as a fraction of the prefix's own prompt
-	// (Keys.Bytes), for it to go home anyway. Larger makes more instances
+	// ColdSlack is how much more pending prefill than the least a replica
+	// may have, as a fraction of a new prefix's own prompt (Keys.Bytes),
+	// to take the prefix: the least recently chosen such replica does
+	// when alone, the prefix's rendezvous home when it is one of them and
+	// the router has peers and no Directory. Larger makes more instances
 	// agree on where a new prefix lives (its first requests hit where the
 	// others put it) and queues more traffic that shares nothing behind
 	// itself. 0 selects DefaultColdSlack; a negative value means none
-	// (home only when it has no more pending than the least).
+	// (only the replicas with the least pending).
 	ColdSlack float64
 	// Directory, when set, is a table of homes shared with the other
 	// router instances: a new prefix placed by load is claimed there, and
 	// every instance follows the claim. nil keeps homes local.
 	Directory Directory `json:"-"`
 	// ColdBalanceFactor is c in the bound a cold prefix's home must be
-	// within (ColdChoices 1): ceil(c*(total+1)/n) + LoadSlack. Past it the
+	// within (ColdChoices 1, and the homes of the default rule):
+	// ceil(c*(total+1)/n) + LoadSlack. Past it the
 	// prefix goes to the highest-ranked replica within that bound. It is
 	// looser than BalanceFactor because a cold placement should be one
 	// every router instance makes alike. 0 selects

@@ -53,7 +53,10 @@ type Request struct {
 	Model        string
 	Stream       bool
 	IncludeUsage bool // stream_options.include_usage as the client sent it
-	CacheSalt    string
+	// HasStreamOptions is set when the body has a stream_options field of
+	// its own (any value): llm_route then asks for no usage itself.
+	HasStreamOptions bool
+	CacheSalt        string
 	// PromptCacheKey is the body's prompt_cache_key ("" if none).
 	PromptCacheKey string
 	// PreviousResponseID and Conversation are a /v1/responses request's
@@ -78,6 +81,9 @@ type Replica struct {
 	// Addr identifies the replica (its dial address); rendezvous hashing
 	// uses it, so every router instance must use the same string.
 	Addr string
+	// AddrHash is HashAddr(Addr), or 0 to have the strategies hash Addr at
+	// each decision; a caller that keeps it per replica saves that hash.
+	AddrHash uint64
 	// InFlight counts requests this router has reserved on the replica.
 	InFlight int
 	// Cap is the most requests in flight allowed; 0 means no cap.

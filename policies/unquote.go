@@ -100,3 +100,46 @@ func hex4(s []byte) (rune, bool) {
 	}
 	return r, true
 }
+
+// unescaped maps the character after a backslash to the byte it stands
+// for, for the one-byte escapes ('u' is not among them).
+var unescaped = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+// writeUnquoted renders the string literal lit (quotes included, valid
+// JSON: jsonscan.StringEnd accepted it) into the sink as unquote decodes
+// it, byte for byte, without building the string: the runs between
+// escapes go to the sink from lit itself. It is how fastChat renders an
+// escaped prompt string without a copy.
+func (c *sink) writeUnquoted(lit []byte) {
+	s := lit[1 : len(lit)-1]
+	for {
+		i := bytes.IndexByte(s, '\\')
+		if i < 0 {
+			c.Write(s)
+			return
+		}
+		c.Write(s[:i])
+		s = s[i:]
+		if e := s[1]; e != 'u' {
+			c.Write(unescaped[int(e) : int(e)+1])
+			s = s[2:]
+			continue
+		}
+		r, _ := hex4(s[2:])
+		s = s[6:]
+		if utf16.IsSurrogate(r) {
+			r2, ok := rune(-1), false
+			if len(s) >= 6 && s[0] == '\\' && s[1] == 'u' {
+				r2, ok = hex4(s[2:])
+			}
+			if dec := utf16.DecodeRune(r, r2); ok && dec != utf8.RuneError {
+				r = dec
+				s = s[6:]
+			} else {
+				r = utf8.RuneError
+			}
+		}
+		n := utf8.EncodeRune(c.rune[:], r)
+		c.Write(c.rune[:n])
+	}
+}

@@ -1,7 +1,10 @@
 package policies
 
 import (
+	"bytes"
 	"encoding/json"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"unicode/utf8"
 
@@ -48,4 +51,33 @@ func FuzzUnquote(f *testing.F) {
 			t.Fatalf("unquote(%q) = %q, want %q", lit, got, want)
 		}
 	})
+}
+
+// TestWriteUnquotedMatchesUnquote proves rendering a literal straight into
+// the sink gives the blocks and byte count that rendering unquote's string
+// gives, on escapes of every kind (surrogate pairs, lone surrogates,
+// invalid UTF-8 left as it is) at every split of the blocks.
+func TestWriteUnquotedMatchesUnquote(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	pieces := []string{`\n`, `\"`, `\\`, `\/`, `\b`, `\f`, `\r`, `\t`, `\u00e9`, `\u20ac`, `\ud83d\ude00`, `\ud83d`, `\udc00`, `\ud83dx`, `\ud83d\u0041`, "abc", "é", "\xff", " ", "0123456789abcdef"}
+	for range 5000 {
+		lit := []byte{'"'}
+		for range r.IntN(30) {
+			lit = append(lit, pieces[r.IntN(len(pieces))]...)
+		}
+		lit = append(lit, '"')
+		want, ok := unquote(lit)
+		if !ok {
+			t.Fatalf("unquote(%s) failed", lit)
+		}
+		bs := 1 + r.IntN(16)
+		var a, b sink
+		a.initChain(7, bs, 64, len(lit))
+		b.initChain(7, bs, 64, len(lit))
+		a.writeUnquoted(lit)
+		b.WriteString(want)
+		if a.total != b.total || !slices.Equal(a.blocks, b.blocks) || a.n != b.n || !bytes.Equal(a.buf, b.buf) {
+			t.Fatalf("writeUnquoted(%s): %d bytes, %v; unquote: %d bytes, %v", lit, a.total, a.blocks, b.total, b.blocks)
+		}
+	}
 }

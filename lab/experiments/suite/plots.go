@@ -250,7 +250,7 @@ func PlotSweep(dir string, rec *SweepRecord) error {
 			continue // plots show the record's own seed; the tables show every seed
 		}
 		kind := pt.Workload
-		if pt.Routers > 1 {
+		if pt.Routers > 1 && rec.Knob != "routers" {
 			kind = fmt.Sprintf("%s_r%d", pt.Workload, pt.Routers)
 		}
 		if by[kind] == nil {

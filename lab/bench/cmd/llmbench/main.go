@@ -95,7 +95,7 @@ func main() {
 	rate := flag.Int("rate", 100, "requests/s per target in the shared fixed-rate latency phase")
 	slices := flag.Int("slices", 0, "throughput phase slices per target, alternating between targets (default 5, quick 2)")
 	conc := flag.Int("concurrency", 32, "workers of the throughput phase")
-	sizes := flag.String("sizes", "4096,65536", "prompt sizes in bytes")
+	sizes := flag.String("sizes", "4096,65536,524288", "prompt sizes in bytes")
 	modes := flag.String("modes", "json,sse", "answer modes: json (non-streaming), sse (streaming)")
 	targets := flag.String("targets", defaultTargets, "targets, in order; llm_<strategy>_nousage: request_usage off; <target>@<caddy binary>: the target run by another build, side by side")
 	streams := flag.Int("streams", 0, "concurrency test: streams held at once (default 2000, quick 500)")

@@ -13,12 +13,33 @@ import (
 	"github.com/llmroute/caddy-llmroute/internal/stats"
 )
 
-// Targets of issue #9.
+// Targets of issues #9 and #20.
 const (
-	targetCPURatio = 1.25 // prefix_load CPU per request vs stock Caddy, 4 KiB
+	targetCPURatio = 1.10 // prefix_load CPU per request vs stock Caddy, 4 KiB (issue #20; #9 had 1.25)
 	targetP99Added = 1.0  // ms of p99 time to first byte added vs stock Caddy, 4 KiB
+	targetP50Added = 0.05 // ms of median time to first byte added vs stock Caddy, 4 KiB (issue #20)
 	targetMemRatio = 1.1  // memory per held stream vs stock Caddy
 )
+
+// targetCPUBySize is issue #20's bound on CPU per request vs stock Caddy
+// at each prompt size, for every llm strategy, JSON and SSE alike.
+var targetCPUBySize = map[int]float64{4 << 10: 1.10, 64 << 10: 1.25, 512 << 10: 1.40}
+
+// sizeVerdict is the CPU target at one prompt size over every llm target
+// of the run's own build (not <target>@<binary>) and both answer modes.
+type sizeVerdict struct {
+	PromptBytes int     `json:"prompt_bytes"`
+	Max         float64 `json:"cpu_per_req_ratio_max"`
+	// Worst is the highest ratio (median of per-round pairs), at
+	// WorstTarget in WorstMode; its rounds ranged over WorstRange.
+	Worst       float64   `json:"worst_ratio"`
+	WorstTarget string    `json:"worst_target"`
+	WorstMode   string    `json:"worst_mode"`
+	WorstRange  []float64 `json:"worst_ratio_round_range"`
+	Met         bool      `json:"met"`
+	// Ratios are every llm target's, by "target/mode".
+	Ratios map[string]float64 `json:"ratios"`
+}
 
 // cellRound is one target on one workload in one round.
 type cellRound struct {
@@ -156,8 +177,12 @@ type verdict struct {
 	CPURatioMax   float64 `json:"cpu_per_req_ratio_max"`
 	P99AddedMaxMs float64 `json:"ttfb_p99_added_ms_max"`
 	MemRatioMax   float64 `json:"mem_per_stream_ratio_max"`
+	P50AddedMaxMs float64 `json:"ttfb_p50_added_ms_max"`
 	CPUMet        *bool   `json:"cpu_met,omitempty"`
-	P99Met        *bool   `json:"ttfb_met,omitempty"`
+	P50Met        *bool   `json:"ttfb_p50_met,omitempty"`
+	// CPUBySize is issue #20's CPU target at each prompt size.
+	CPUBySize []sizeVerdict `json:"cpu_by_size,omitempty"`
+	P99Met    *bool         `json:"ttfb_met,omitempty"`
 	// P99Conclusive: the upper end of the 95% interval of the added p99
 	// (worse mode) is within the target too, so noise cannot hide a miss.
 	P99Conclusive   *bool  `json:"ttfb_met_conclusively,omitempty"`
@@ -391,10 +416,18 @@ func (r *report) finish() {
 			}
 		}
 	}
-	r.Targets = verdict{CPURatioMax: targetCPURatio, P99AddedMaxMs: targetP99Added, MemRatioMax: targetMemRatio, NoErrors: !errorsSeen}
+	r.Targets = verdict{CPURatioMax: targetCPURatio, P99AddedMaxMs: targetP99Added, P50AddedMaxMs: targetP50Added, MemRatioMax: targetMemRatio, NoErrors: !errorsSeen}
 	if r.CPURatio != nil {
 		r.Targets.CPUMet = ptr(*r.CPURatio <= targetCPURatio)
 	}
+	if len(r.P50AddedBy) > 0 {
+		worst := math.Inf(-1)
+		for _, v := range r.P50AddedBy {
+			worst = max(worst, v)
+		}
+		r.Targets.P50Met = ptr(worst <= targetP50Added)
+	}
+	r.Targets.CPUBySize = r.cpuBySize()
 	if r.P99Added != nil {
 		r.Targets.P99Met = ptr(*r.P99Added <= targetP99Added)
 		hi, n := math.Inf(-1), 0
@@ -439,6 +472,48 @@ func (r *report) finish() {
 	if seen {
 		r.Targets.ReleasedMet = ptr(released)
 	}
+}
+
+// cpuBySize judges targetCPUBySize at each prompt size of the run.
+func (r *report) cpuBySize() []sizeVerdict {
+	var out []sizeVerdict
+	for _, size := range r.Config.Sizes {
+		bound, ok := targetCPUBySize[size]
+		if !ok {
+			continue
+		}
+		v := sizeVerdict{PromptBytes: size, Max: bound, Worst: math.Inf(-1), Ratios: map[string]float64{}}
+		var worst *cell
+		for _, c := range r.Table {
+			if c.PromptKiB<<10 != size || !strings.HasPrefix(c.Target, "llm_") || strings.Contains(c.Target, "@") || c.CPURatio == nil {
+				continue
+			}
+			mode := map[bool]string{false: "json", true: "sse"}[c.Stream]
+			v.Ratios[c.Target+"/"+mode] = *c.CPURatio
+			if *c.CPURatio > v.Worst {
+				v.Worst, v.WorstTarget, v.WorstMode, worst = *c.CPURatio, c.Target, mode, c
+			}
+		}
+		if worst == nil {
+			continue
+		}
+		base := r.index[cellKey("caddy", size, worst.Stream)]
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, cr := range worst.Rounds {
+			for _, b := range base.Rounds {
+				if b.Round == cr.Round && b.CPUPer1k > 0 {
+					x := cr.CPUPer1k / b.CPUPer1k
+					lo, hi = min(lo, x), max(hi, x)
+				}
+			}
+		}
+		if lo <= hi {
+			v.WorstRange = []float64{lo, hi}
+		}
+		v.Met = v.Worst <= bound
+		out = append(out, v)
+	}
+	return out
 }
 
 func pooledOf(c *cell) []float64 {
@@ -586,6 +661,16 @@ func (r *report) markdown(w io.Writer) {
 	fmt.Fprintf(w, "- p99 TTFB added ≤ %.1f ms: %s (json %s %s, sse %s %s; p50 added: json %s, sse %s) → %s\n", t.P99AddedMaxMs, fptr(r.P99Added, 3, " ms", true),
 		fmtMap(r.P99AddedBy, "json", 3, " ms"), fmtCI(r.P99AddedCI["json"]), fmtMap(r.P99AddedBy, "sse", 3, " ms"), fmtCI(r.P99AddedCI["sse"]),
 		fmtMap(r.P50AddedBy, "json", 3, " ms"), fmtMap(r.P50AddedBy, "sse", 3, " ms"), yesNo(t.P99Met)+conclusive(t.P99Met, t.P99Conclusive))
+	for _, v := range t.CPUBySize {
+		rng := ""
+		if len(v.WorstRange) == 2 {
+			rng = fmt.Sprintf(", rounds %.2f-%.2f×", v.WorstRange[0], v.WorstRange[1])
+		}
+		fmt.Fprintf(w, "- CPU per request at %d KiB ≤ %.2f× for every strategy, json and sse (issue #20): worst %.2f× (%s %s%s) → %s\n",
+			v.PromptBytes>>10, v.Max, v.Worst, v.WorstTarget, v.WorstMode, rng, yesNo(&v.Met))
+	}
+	fmt.Fprintf(w, "- median TTFB added ≤ %.2f ms at 4 KiB (issue #20): json %s, sse %s → %s\n", t.P50AddedMaxMs,
+		fmtMap(r.P50AddedBy, "json", 3, " ms"), fmtMap(r.P50AddedBy, "sse", 3, " ms"), yesNo(t.P50Met))
 	fmt.Fprintf(w, "- memory per held stream ≤ %.1f× (RSS delta): %s → %s; live Go heap + stacks per stream: %s\n", t.MemRatioMax, fptr(r.MemRatio, 3, "×", false), yesNo(t.MemMet), fptr(r.LiveMemRatio, 3, "×", false))
 	fmt.Fprintf(w, "- every reservation released (total_in_flight == 0): %s\n", yesNo(t.ReleasedMet))
 	fmt.Fprintf(w, "- no request errors: %v\n", t.NoErrors)

@@ -1,0 +1,152 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+)
+
+// answerDocs are chunk and response shapes feed meets, and odd ones.
+var answerDocs = []string{
+	`{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" token"},"finish_reason":null}]}`,
+	`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+	`{"choices":[],"usage":{"prompt_tokens":100,"prompt_tokens_details":{"cached_tokens":0}}}`,
+	`{"choices":[{"index":0,"message":{"role":"assistant","content":"a\nb \u00e9"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1}}`,
+	`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{}"}}]}}]}`,
+	`{"choices":[{"index":1,"delta":{"content":"other"}}]}`,
+	`{"choices":[{"index":0,"text":"completion text"}]}`,
+	`{"choices":[{"index":0,"delta":null,"message":{"content":"m"}}]}`,
+	`{"choices":[{"index":0,"delta":{"content":null,"tool_calls":null,"function_call":{"name":"f"}}}]}`,
+	`{"choices":[null,{"index":0,"delta":{"content":"x"}}]}`,
+	`{"choices":null}`, `{}`, `null`, `[]`, `{"choices":{}}`, `{"choices":[1]}`,
+	`{"choices":[{"index":"0"}]}`, `{"choices":[{"index":1.0}]}`, `{"choices":[{"index":-1}]}`,
+	`{"Choices":[{"index":0,"delta":{"content":"x"}}]}`, `{"choices":[{"Delta":{"content":"x"}}]}`,
+	`{"choices":[{"index":0,"delta":{"Content":"x"}}]}`, `{"choices":[],"choices":[{"index":1}]}`,
+	`{"choices":[{"index":0,"delta":{"content":5}}]}`, `{"choices":[{"index":0,"delta":"x"}]}`,
+	"{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\xff\"}}]}", `{"choices":[{"index":0,"delta":{"content":"\ud800"}}]}`,
+	`{"choices":[{"index":0,"delta":{"content":"x"}}]} trailing`, `{"choices":[{"index":0,"delta":{"content":"x"}}]`,
+	` { "choices" : [ { "index" : 0 , "delta" : { "content" : "x" } } ] } `,
+}
+
+// feedChoices is what feed reads of doc through encoding/json alone: the
+// choices, or ok false when doc does not decode.
+func feedChoices(doc []byte) ([]answerChoice, bool) {
+	var p answerPart
+	if json.Unmarshal(doc, &p) != nil {
+		return nil, false
+	}
+	var out []answerChoice
+	for _, ch := range p.Choices {
+		d := ch.Delta
+		if d == nil {
+			d = ch.Message
+		}
+		a := answerChoice{index: int64(ch.Index)}
+		if d != nil {
+			a.tools = isSet(d.ToolCalls) || isSet(d.FunctionCall)
+			if d.Content != nil {
+				a.content, a.hasContent = *d.Content, true
+			}
+		}
+		if ch.Text != nil {
+			a.text, a.hasText = *ch.Text, true
+		}
+		out = append(out, a)
+	}
+	return out, true
+}
+
+// checkScanAnswer fails when scanAnswer accepts doc and reads it otherwise
+// than encoding/json.
+func checkScanAnswer(t *testing.T, doc []byte) bool {
+	t.Helper()
+	got, ok := scanAnswer(doc, nil)
+	if !ok {
+		return false
+	}
+	want, wok := feedChoices(doc)
+	if !wok {
+		t.Fatalf("scanAnswer accepted %q, which encoding/json rejects", doc)
+	}
+	if len(got) == 0 && len(want) == 0 {
+		return true
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("scanAnswer(%q) = %+v, encoding/json %+v", doc, got, want)
+	}
+	return true
+}
+
+// TestScanAnswerMatchesDecoder proves the one-pass reader of answer chunks
+// reads every document it accepts as encoding/json does, on the shapes
+// above and on random mutations of them, and accepts the common ones.
+func TestScanAnswerMatchesDecoder(t *testing.T) {
+	accepted := 0
+	for _, d := range answerDocs {
+		if checkScanAnswer(t, []byte(d)) {
+			accepted++
+		}
+	}
+	if accepted < 12 {
+		t.Fatalf("only %d of %d shapes took the fast path", accepted, len(answerDocs))
+	}
+	for _, d := range answerDocs[:10] {
+		if _, ok := scanAnswer([]byte(d), nil); !ok {
+			t.Errorf("common shape declined: %s", d)
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	const alphabet = "{}[]\":,01.-enultrxCD \\\xff"
+	for range 20000 {
+		b := []byte(answerDocs[r.IntN(len(answerDocs))])
+		for range 1 + r.IntN(3) {
+			i := r.IntN(len(b))
+			switch r.IntN(3) {
+			case 0:
+				b[i] = alphabet[r.IntN(len(alphabet))]
+			case 1:
+				b = append(b[:i], b[i+1:]...)
+			default:
+				b = append(b[:i], append([]byte{alphabet[r.IntN(len(alphabet))]}, b[i:]...)...)
+			}
+			if len(b) == 0 {
+				break
+			}
+		}
+		checkScanAnswer(t, b)
+	}
+}
+
+func FuzzScanAnswer(f *testing.F) {
+	for _, d := range answerDocs {
+		f.Add([]byte(d))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) { checkScanAnswer(t, doc) })
+}
+
+// BenchmarkScanAnswer reads one streamed chunk as feed does, one pass
+// against encoding/json.
+func BenchmarkScanAnswer(b *testing.B) {
+	doc := benchSSEChunk[len("data: ") : len(benchSSEChunk)-2]
+	b.Run("scan", func(b *testing.B) {
+		b.SetBytes(int64(len(doc)))
+		b.ReportAllocs()
+		var buf []answerChoice
+		for b.Loop() {
+			var ok bool
+			if buf, ok = scanAnswer(doc, buf[:0]); !ok {
+				b.Fatal("declined")
+			}
+		}
+	})
+	b.Run("encoding_json", func(b *testing.B) {
+		b.SetBytes(int64(len(doc)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := feedChoices(doc); !ok {
+				b.Fatal("rejected")
+			}
+		}
+	})
+}

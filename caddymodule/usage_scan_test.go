@@ -1,0 +1,92 @@
+package caddymodule
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+)
+
+// usageDocs are usage shapes read meets, and odd ones.
+var usageDocs = []string{
+	`{"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":1024,"completion_tokens":6,"total_tokens":1030,"prompt_tokens_details":{"cached_tokens":512}}}`,
+	`{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0}}}`,
+	`{"choices":[],"usage":{"prompt_tokens":100}}`, `{"choices":null,"usage":{"prompt_tokens":100,"prompt_tokens_details":null}}`,
+	`{"usage":{}}`, `{"usage":null}`, `{"choices":[{}]}`, `{}`, `{"usage":{"prompt_tokens":1.5}}`, `{"usage":{"prompt_tokens":"1"}}`,
+	`{"usage":{"prompt_tokens":100,"input_tokens_details":{"cached_tokens":3},"input_tokens":100}}`,
+	`{"type":"message_start","message":{"usage":{"input_tokens":5,"cache_read_input_tokens":7}}}`,
+	`{"timings":{"cache_n":5,"prompt_n":9}}`, `{"tokens_cached":5,"tokens_evaluated":9}`,
+	`{"Usage":{"prompt_tokens":1}}`, `{"usage":{"Prompt_Tokens":1}}`, `{"usage":{"prompt_tokens":1},"usage":{"prompt_tokens":2}}`,
+	`{"usage":{"prompt_tokens_details":{"cached_tokens":5,"cached_tokens":6}}}`, `{"usage":{"prompt_tokens_details":[]}}`,
+	`{"choices":{},"usage":{"prompt_tokens":1}}`, `{"usage":{"prompt_tokens":1}} x`, `[]`, `null`,
+	`{"usage":{"prompt_tokens":-3,"total_tokens":0,"completion_tokens":4}}`,
+	`{"response":{"usage":{"input_tokens":4,"input_tokens_details":{"cached_tokens":2}}}}`,
+}
+
+// checkScanUsage fails when read through scanUsage ends otherwise than
+// through encoding/json alone.
+func checkScanUsage(t *testing.T, doc []byte) bool {
+	t.Helper()
+	_, fast := scanUsage(doc)
+	a, b := &usageSniffer{promptTokens: 3}, &usageSniffer{promptTokens: 3}
+	ra, rb := a.read(doc), b.readDecoded(doc)
+	if ra != rb || a.found != b.found || a.cached != b.cached || a.promptTokens != b.promptTokens || a.usageTokens != b.usageTokens {
+		t.Fatalf("read(%q) = %v %+v, encoding/json %v %+v", doc, ra, *a, rb, *b)
+	}
+	return fast
+}
+
+// TestScanUsageMatchesDecoder proves the one-pass usage reader ends as
+// encoding/json does on every document, and takes the common shapes.
+func TestScanUsageMatchesDecoder(t *testing.T) {
+	for i, d := range usageDocs {
+		if fast := checkScanUsage(t, []byte(d)); i < 5 && !fast {
+			t.Errorf("common shape declined: %s", d)
+		}
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	const alphabet = "{}[]\":,01.-enultUP \\\xff"
+	for range 20000 {
+		b := []byte(usageDocs[r.IntN(len(usageDocs))])
+		for range 1 + r.IntN(3) {
+			i := r.IntN(len(b))
+			switch r.IntN(3) {
+			case 0:
+				b[i] = alphabet[r.IntN(len(alphabet))]
+			case 1:
+				b = append(b[:i], b[i+1:]...)
+			default:
+				b = append(b[:i], append([]byte{alphabet[r.IntN(len(alphabet))]}, b[i:]...)...)
+			}
+			if len(b) == 0 {
+				break
+			}
+		}
+		checkScanUsage(t, b)
+	}
+}
+
+func FuzzScanUsage(f *testing.F) {
+	for _, d := range usageDocs {
+		f.Add([]byte(d))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) { checkScanUsage(t, doc) })
+}
+
+// TestMarksMatchContains proves marks says what bytes.Contains of each
+// pattern says.
+func TestMarksMatchContains(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	pieces := []string{`"finish_reason":"`, `"finish_reason": "`, `"type":"message_stop"`, `"usage"`, `"timings"`, `"tokens_cached"`, `"`, `x`, `finish_reason`, `"usag`, `:`, ` `}
+	for range 20000 {
+		var b []byte
+		for range r.IntN(8) {
+			b = append(b, pieces[r.IntN(len(pieces))]...)
+		}
+		finish, usage := marks(b)
+		wantF := bytes.Contains(b, []byte(`"finish_reason":"`)) || bytes.Contains(b, []byte(`"finish_reason": "`)) || bytes.Contains(b, []byte(`"type":"message_stop"`))
+		wantU := bytes.Contains(b, []byte(`"usage"`)) || bytes.Contains(b, []byte(`"timings"`)) || bytes.Contains(b, []byte(`"tokens_cached"`))
+		if finish != wantF || usage != wantU {
+			t.Fatalf("marks(%q) = %v %v, Contains %v %v", b, finish, usage, wantF, wantU)
+		}
+	}
+}

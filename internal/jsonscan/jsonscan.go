@@ -1,0 +1,388 @@
+// Package jsonscan is a validating one-pass JSON scanner for fast paths
+// that must agree with encoding/json: a caller walks the fields it wants,
+// skips (and so validates) the rest, and declines, falling back to
+// encoding/json, whenever the input is anything encoding/json could read
+// differently (escaped or non-ASCII keys, keys that equal a wanted name but
+// for case, nesting deeper than MaxDepth). Strings decode exactly as
+// encoding/json decodes them: the input's own bytes when they need no
+// change, encoding/json itself otherwise.
+package jsonscan
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"strings"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// MaxDepth bounds the nesting Skip follows; deeper input declines.
+const MaxDepth = 500
+
+// Scanner reads one JSON document. The zero value is not usable; see New.
+type Scanner struct {
+	b []byte
+	i int
+}
+
+// New returns a scanner at the start of b.
+func New(b []byte) Scanner { return Scanner{b: b} }
+
+// WS skips white space.
+func (s *Scanner) WS() {
+	if s.i < len(s.b) && s.b[s.i] > ' ' {
+		return // the common case: no white space at all
+	}
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// Peek returns the next byte after white space, 0 at the end.
+func (s *Scanner) Peek() byte {
+	s.WS()
+	if s.i >= len(s.b) {
+		return 0
+	}
+	return s.b[s.i]
+}
+
+// Open consumes c ('{' or '[') after white space.
+func (s *Scanner) Open(c byte) bool {
+	if s.Peek() != c {
+		return false
+	}
+	s.i++
+	return true
+}
+
+// Empty consumes closer when the object or array just opened is empty.
+func (s *Scanner) Empty(closer byte) bool {
+	if s.Peek() == closer {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// Next consumes ',' (more) or closer (done) after white space.
+func (s *Scanner) Next(closer byte) (more, ok bool) {
+	switch s.Peek() {
+	case ',':
+		s.i++
+		return true, true
+	case closer:
+		s.i++
+		return false, true
+	}
+	return false, false
+}
+
+// End reports whether only white space is left.
+func (s *Scanner) End() bool {
+	s.WS()
+	return s.i == len(s.b)
+}
+
+// Key reads an object key and its colon. It returns the name of names the
+// key equals, or the key itself when it equals none; it declines (ok
+// false) escaped or non-ASCII keys and keys that equal one of names but
+// for case, which encoding/json would match to that field.
+func (s *Scanner) Key(names ...string) (string, bool) {
+	if s.Peek() != '"' {
+		return "", false
+	}
+	lit, esc, ok := s.String()
+	if !ok || esc {
+		return "", false
+	}
+	k := lit[1 : len(lit)-1]
+	for _, c := range k {
+		if c >= utf8.RuneSelf {
+			return "", false
+		}
+	}
+	ks := unsafe.String(unsafe.SliceData(k), len(k))
+	for _, n := range names {
+		if len(n) != len(ks) {
+			continue // ASCII: no fold changes a length
+		}
+		if ks == n {
+			ks = n
+			break
+		}
+		if strings.EqualFold(ks, n) {
+			return "", false
+		}
+	}
+	if s.Peek() != ':' {
+		return "", false
+	}
+	s.i++
+	return ks, true
+}
+
+// Eight bytes at a time: lo has a one in each byte, hi the top bit.
+const (
+	lo = 0x0101010101010101
+	hi = 0x8080808080808080
+)
+
+// hasCtl reports whether b holds a control byte (below 0x20, invalid in a
+// JSON string), 32 bytes a step: a byte below 0x20 is one whose top bit
+// w-0x20 sets and w lacks.
+func hasCtl(b []byte) bool {
+	const c = 0x20 * lo
+	for len(b) >= 32 {
+		w0 := binary.LittleEndian.Uint64(b)
+		w1 := binary.LittleEndian.Uint64(b[8:])
+		w2 := binary.LittleEndian.Uint64(b[16:])
+		w3 := binary.LittleEndian.Uint64(b[24:])
+		if ((w0-c)&^w0|(w1-c)&^w1|(w2-c)&^w2|(w3-c)&^w3)&hi != 0 {
+			return true
+		}
+		b = b[32:]
+	}
+	for len(b) >= 8 {
+		w := binary.LittleEndian.Uint64(b)
+		if (w-c)&^w&hi != 0 {
+			return true
+		}
+		b = b[8:]
+	}
+	for _, x := range b {
+		if x < 0x20 {
+			return true
+		}
+	}
+	return false
+}
+
+func isHex(c byte) bool { return c-'0' < 10 || (c|0x20)-'a' < 6 }
+
+// StringEnd scans the string literal whose opening quote is b[i]: it
+// returns the index just past its closing quote and whether it holds
+// escapes, or ok false when it is not a valid JSON string (a control byte,
+// a bad escape, no end). The quote, the backslashes and the control bytes
+// are each searched once over the literal (bytes.IndexByte for the first
+// two), whatever its escapes.
+func StringEnd(b []byte, i int) (end int, esc, ok bool) {
+	j := i + 1
+	q := -1 // the next quote at or after j, once found
+	for {
+		if q < j {
+			k := bytes.IndexByte(b[j:], '"')
+			if k < 0 {
+				return 0, false, false
+			}
+			q = j + k
+		}
+		seg := b[j:q]
+		k := bytes.IndexByte(seg, '\\')
+		if k < 0 {
+			if hasCtl(seg) {
+				return 0, false, false
+			}
+			return q + 1, esc, true
+		}
+		if hasCtl(seg[:k]) {
+			return 0, false, false
+		}
+		esc = true
+		j += k
+		if j+1 >= len(b) {
+			return 0, false, false
+		}
+		switch b[j+1] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			j += 2
+		case 'u':
+			if j+6 > len(b) || !isHex(b[j+2]) || !isHex(b[j+3]) || !isHex(b[j+4]) || !isHex(b[j+5]) {
+				return 0, false, false
+			}
+			j += 6
+		default:
+			return 0, false, false
+		}
+	}
+}
+
+// String reads a string (after white space) and returns its literal,
+// quotes included, and whether it holds escapes.
+func (s *Scanner) String() (lit []byte, esc, ok bool) {
+	if s.Peek() != '"' {
+		return nil, false, false
+	}
+	end, esc, ok := StringEnd(s.b, s.i)
+	if !ok {
+		return nil, false, false
+	}
+	lit = s.b[s.i:end]
+	s.i = end
+	return lit, esc, true
+}
+
+// Text decodes a string literal as encoding/json does. A literal without
+// escapes whose bytes are valid UTF-8 is returned as those bytes, without
+// a copy (valid while the input is); any other goes through encoding/json.
+func Text(lit []byte, esc bool) (string, bool) {
+	if v := lit[1 : len(lit)-1]; !esc && utf8.Valid(v) {
+		return unsafe.String(unsafe.SliceData(v), len(v)), true
+	}
+	var t string
+	if json.Unmarshal(lit, &t) != nil {
+		return "", false
+	}
+	return t, true
+}
+
+// Lit consumes the literal word (true, false, null) after white space.
+func (s *Scanner) Lit(word string) bool {
+	s.WS()
+	if strings.HasPrefix(unsafe.String(unsafe.SliceData(s.b[s.i:]), len(s.b)-s.i), word) {
+		s.i += len(word)
+		return true
+	}
+	return false
+}
+
+func isDigit(c byte) bool { return c-'0' < 10 }
+
+// number consumes a number and reports whether it is a plain integer (no
+// fraction, no exponent).
+func (s *Scanner) number() (integer, ok bool) {
+	b, i := s.b, s.i
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	default:
+		return false, false
+	}
+	integer = true
+	if i < len(b) && b[i] == '.' {
+		integer = false
+		i++
+		if i >= len(b) || !isDigit(b[i]) {
+			return false, false
+		}
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		integer = false
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if i >= len(b) || !isDigit(b[i]) {
+			return false, false
+		}
+		for i < len(b) && isDigit(b[i]) {
+			i++
+		}
+	}
+	s.i = i
+	return integer, true
+}
+
+// Int reads an integer literal of at most 18 digits (so that it fits an
+// int64 whatever its digits); anything else declines.
+func (s *Scanner) Int() (int64, bool) {
+	s.WS()
+	start := s.i
+	integer, ok := s.number()
+	lit := s.b[start:s.i]
+	neg := len(lit) > 0 && lit[0] == '-'
+	if neg {
+		lit = lit[1:]
+	}
+	if !ok || !integer || len(lit) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range lit {
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+// Skip reads any value after white space and returns its bytes.
+func (s *Scanner) Skip() ([]byte, bool) { return s.skip(0) }
+
+func (s *Scanner) skip(depth int) ([]byte, bool) {
+	if depth > MaxDepth {
+		return nil, false
+	}
+	s.WS()
+	if s.i >= len(s.b) {
+		return nil, false
+	}
+	start := s.i
+	switch c := s.b[s.i]; c {
+	case '"':
+		if _, _, ok := s.String(); !ok {
+			return nil, false
+		}
+	case '{', '[':
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		s.i++
+		if s.Empty(closer) {
+			break
+		}
+		for {
+			if c == '{' {
+				if _, _, ok := s.String(); !ok || s.Peek() != ':' {
+					return nil, false
+				}
+				s.i++
+			}
+			if _, ok := s.skip(depth + 1); !ok {
+				return nil, false
+			}
+			more, ok := s.Next(closer)
+			if !ok {
+				return nil, false
+			}
+			if !more {
+				break
+			}
+		}
+	case 't':
+		if !s.Lit("true") {
+			return nil, false
+		}
+	case 'f':
+		if !s.Lit("false") {
+			return nil, false
+		}
+	case 'n':
+		if !s.Lit("null") {
+			return nil, false
+		}
+	default:
+		if _, ok := s.number(); !ok {
+			return nil, false
+		}
+	}
+	return s.b[start:s.i], true
+}

@@ -1,0 +1,196 @@
+package jsonscan
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// docs are valid and invalid documents around the edges of the grammar.
+var docs = []string{
+	`{}`, `[]`, `null`, `true`, `false`, `0`, `-0`, `1.5e+3`, `"x"`, `""`,
+	`{"a":1,"b":[true,false,null],"c":{"d":"e\n\u00e9\ud83d\ude00"}}`,
+	` { "a" : [ 1 , 2 ] } `, `{"a":"\u12"}`, `{"a":"\x"}`, `{"a":01}`, `{"a":1.}`,
+	`{"a":.5}`, `{"a":1e}`, `{"a":-}`, `{"a":tru}`, `{"a":nul}`, `{"a"}`, `{"a":1,}`,
+	`[1,]`, `[,1]`, `{,}`, `{"a":1 "b":2}`, "{\"a\":\"\x01\"}", "\"\xff\"", `{"a":"\/"}`,
+	`{"a":[[[[[]]]]]}`, `{"a":{"b":{}}}`, `[1 2]`, `{"a" 1}`, `"unterminated`, `{`, `[`,
+	`{"a":1}}`, `1 2`, `{"é":1}`, `{"\"":1}`,
+}
+
+// TestSkipMatchesValid proves Skip (then End) accepts exactly what
+// json.Valid accepts, on edge cases and on mutations of them.
+func TestSkipMatchesValid(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	check := func(doc string) {
+		s := New([]byte(doc))
+		_, ok := s.Skip()
+		ok = ok && s.End()
+		if want := json.Valid([]byte(doc)); ok != want {
+			t.Fatalf("Skip(%q) = %v, json.Valid = %v", doc, ok, want)
+		}
+	}
+	const alphabet = "{}[]\":,0123456789.eE+-tfnrul \\/u\x01\xffab"
+	for _, d := range docs {
+		check(d)
+		for range 300 {
+			b := []byte(d)
+			switch n := r.IntN(3); {
+			case n == 0 && len(b) > 0:
+				b[r.IntN(len(b))] = alphabet[r.IntN(len(alphabet))]
+			case n == 1 && len(b) > 0:
+				i := r.IntN(len(b))
+				b = append(b[:i], b[i+1:]...)
+			default:
+				i := r.IntN(len(b) + 1)
+				b = append(b[:i], append([]byte{alphabet[r.IntN(len(alphabet))]}, b[i:]...)...)
+			}
+			check(string(b))
+		}
+	}
+}
+
+// TestTextMatchesDecoder proves Text decodes every literal as
+// encoding/json does.
+func TestTextMatchesDecoder(t *testing.T) {
+	for _, lit := range []string{`""`, `"abc"`, `"a\nb"`, `"\u00e9"`, `"\ud83d\ude00"`, `"\ud83d"`, `"\udc00x"`, "\"\xff\xfe\"", "\"caf\xc3\xa9\"", `"\\\/\""`} {
+		s := New([]byte(lit))
+		l, esc, ok := s.String()
+		if !ok {
+			t.Fatalf("String(%s) failed", lit)
+		}
+		got, ok := Text(l, esc)
+		var want string
+		if err := json.Unmarshal([]byte(lit), &want); err != nil || !ok || got != want {
+			t.Fatalf("Text(%s) = %q, %v; encoding/json %q, %v", lit, got, ok, want, err)
+		}
+	}
+}
+
+// TestKeyDeclines proves Key declines what encoding/json could match to a
+// wanted field by folding or unescaping.
+func TestKeyDeclines(t *testing.T) {
+	for doc, want := range map[string]bool{
+		`"choices":`: true, `"other":`: true, `"Choices":`: false, `"CHOICES":`: false,
+		`"\u0063hoices":`: false, `"choiceſ":`: false, `"choices"`: false,
+	} {
+		s := New([]byte(doc))
+		if _, ok := s.Key("choices"); ok != want {
+			t.Errorf("Key(%s) ok = %v, want %v", doc, ok, want)
+		}
+	}
+}
+
+// TestDepthDeclines proves nesting past MaxDepth declines rather than
+// recursing without bound.
+func TestDepthDeclines(t *testing.T) {
+	deep := strings.Repeat("[", MaxDepth+2) + strings.Repeat("]", MaxDepth+2)
+	s := New([]byte(deep))
+	if _, ok := s.Skip(); ok {
+		t.Fatal("accepted nesting past MaxDepth")
+	}
+}
+
+// TestInt proves Int reads plain integers and declines other numbers.
+func TestInt(t *testing.T) {
+	for doc, want := range map[string]int64{`0`: 0, `-0`: 0, `7`: 7, `-12`: -12, `123456789012345678`: 123456789012345678} {
+		s := New([]byte(doc))
+		if n, ok := s.Int(); !ok || n != want {
+			t.Errorf("Int(%s) = %d, %v", doc, n, ok)
+		}
+	}
+	for _, doc := range []string{`1.0`, `1e2`, `01`, `-`, `"1"`, `1234567890123456789`} {
+		s := New([]byte(doc))
+		if n, ok := s.Int(); ok && s.End() {
+			t.Errorf("Int(%s) = %d, accepted", doc, n)
+		}
+	}
+}
+
+func FuzzSkip(f *testing.F) {
+	for _, d := range docs {
+		f.Add(d)
+	}
+	f.Fuzz(func(t *testing.T, doc string) {
+		if strings.Count(doc, "[")+strings.Count(doc, "{") > MaxDepth {
+			return
+		}
+		s := New([]byte(doc))
+		_, ok := s.Skip()
+		ok = ok && s.End()
+		if want := json.Valid([]byte(doc)); ok != want {
+			t.Fatalf("Skip(%q) = %v, json.Valid = %v", doc, ok, want)
+		}
+	})
+}
+
+// TestStringEnd proves the literal scan ends where a byte-by-byte
+// reading of JSON's string grammar ends, and fails where it fails.
+func TestStringEnd(t *testing.T) {
+	ref := func(b []byte) (int, bool, bool) {
+		esc := false
+		for j := 1; j < len(b); j++ {
+			switch c := b[j]; {
+			case c == '"':
+				return j + 1, esc, true
+			case c < 0x20:
+				return 0, false, false
+			case c == '\\':
+				esc = true
+				if j+1 >= len(b) {
+					return 0, false, false
+				}
+				switch b[j+1] {
+				case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+					j++
+				case 'u':
+					if j+6 > len(b) || !isHex(b[j+2]) || !isHex(b[j+3]) || !isHex(b[j+4]) || !isHex(b[j+5]) {
+						return 0, false, false
+					}
+					j += 5
+				default:
+					return 0, false, false
+				}
+			}
+		}
+		return 0, false, false
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	pieces := []string{`"`, `\`, `\\`, `\"`, `\n`, `\u00e9`, `\uD83D`, `\u00`, `\x`, "\x01", "abcdefgh", "x", " ", "\xff"}
+	for range 50000 {
+		b := []byte{'"'}
+		for range r.IntN(12) {
+			b = append(b, pieces[r.IntN(len(pieces))]...)
+		}
+		end, esc, ok := StringEnd(b, 0)
+		wend, wesc, wok := ref(b)
+		if ok != wok || (ok && (end != wend || esc != wesc)) {
+			t.Fatalf("StringEnd(%q) = %d %v %v, want %d %v %v", b, end, esc, ok, wend, wesc, wok)
+		}
+	}
+}
+
+// TestHasCtl proves the 32-bytes-a-step search finds a control byte
+// wherever it is.
+func TestHasCtl(t *testing.T) {
+	for n := range 80 {
+		b := bytes.Repeat([]byte{'a'}, n)
+		if hasCtl(b) {
+			t.Fatalf("hasCtl of %d plain bytes", n)
+		}
+		for i := range n {
+			for _, c := range []byte{0x00, 0x1f, 0x0a} {
+				b[i] = c
+				if !hasCtl(b) {
+					t.Fatalf("hasCtl missed %#x at %d of %d", c, i, n)
+				}
+			}
+			b[i] = 0xff
+			if hasCtl(b) {
+				t.Fatalf("hasCtl took 0xff for a control byte")
+			}
+			b[i] = 'a'
+		}
+	}
+}
