@@ -153,13 +153,13 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 	// The key names the tenant (auth.go, tenants.go).
 	tenant, ok := h.tenantOf(r)
 	if !ok {
-		metricRequests.WithLabelValues("", "", "unauthorized").Inc()
+		countRequest("", "", "unauthorized")
 		writeAPIError(w, errUnauthorized)
 		return nil
 	}
 	stripCredentials(r)
 	if apiErr, ok := h.allowed(r); !ok {
-		metricRequests.WithLabelValues("", "", "not_allowed").Inc()
+		countRequest("", "", "not_allowed")
 		writeAPIError(w, apiErr)
 		return nil
 	}
@@ -173,7 +173,7 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 	if hasBody(r) {
 		req, bb, body, apiErr, ok := h.readRequest(r)
 		if !ok {
-			metricRequests.WithLabelValues("", "", "bad_request").Inc()
+			countRequest("", "", "bad_request")
 			writeAPIError(w, apiErr)
 			return nil
 		}
@@ -277,7 +277,7 @@ func (h *LLMRoute) finish(r *http.Request, ww *routeWriter, rc *routeCtx, return
 	}
 	rc.finish(o)
 	h.settleTenant(rc, ww, a != nil) // budgets.go
-	metricRequests.WithLabelValues(strategy, addr, label).Inc()
+	countRequest(strategy, addr, label)
 }
 
 // Interface guards

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -121,6 +122,24 @@ func (stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCooling, prometheus.GaugeValue, cool, s.Addr)
 	}
 	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(sessionHomes.Len()))
+}
+
+// requestOutcome is one child of metricRequests.
+type requestOutcome struct{ strategy, replica, outcome string }
+
+// requestCounters caches metricRequests' children (nothing deletes one),
+// so that counting a request hashes its labels once per process, not once
+// per request.
+var requestCounters sync.Map // requestOutcome -> prometheus.Counter
+
+// countRequest counts one request in metricRequests.
+func countRequest(strategy, replica, outcome string) {
+	k := requestOutcome{strategy, replica, outcome}
+	c, ok := requestCounters.Load(k)
+	if !ok {
+		c, _ = requestCounters.LoadOrStore(k, metricRequests.WithLabelValues(strategy, replica, outcome))
+	}
+	c.(prometheus.Counter).Inc()
 }
 
 // registerMetrics registers the router's collectors in the config's

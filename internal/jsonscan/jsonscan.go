@@ -174,6 +174,16 @@ func isHex(c byte) bool { return c-'0' < 10 || (c|0x20)-'a' < 6 }
 // two), whatever its escapes.
 func StringEnd(b []byte, i int) (end int, esc, ok bool) {
 	j := i + 1
+	// Keys and short values: a plain loop ends them sooner than the
+	// searches below get going.
+	for k := j; k < len(b) && k < j+24; k++ {
+		switch c := b[k]; {
+		case c == '"':
+			return k + 1, false, true
+		case c == '\\' || c < 0x20:
+			k = len(b) // leave it to the general scan
+		}
+	}
 	q := -1 // the next quote at or after j, once found
 	for {
 		if q < j {
