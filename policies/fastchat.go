@@ -2,6 +2,7 @@ package policies
 
 import (
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/llmroute/caddy-llmroute/internal/jsonscan"
@@ -252,6 +253,11 @@ var (
 	msgFields = []string{"role", "content", "name", "tool_call_id", "tool_calls"}
 )
 
+// messageSlices pools fastChat's messages: a message is 264 bytes, and
+// nothing of them outlives the parse (keysChat copies what the Request
+// keeps), so a slice is cleared and reused rather than allocated per body.
+var messageSlices = sync.Pool{New: func() any { s := make([]chatMessage, 0, 8); return &s }}
+
 // fastChat parses a chat body in one pass, or declines (ok false).
 func fastChat(body []byte, cfg ParseConfig) (*Request, bool) {
 	s := &fscan{b: body}
@@ -261,7 +267,15 @@ func fastChat(body []byte, cfg ParseConfig) (*Request, bool) {
 	}
 	s.i++
 	var b chatBody
-	b.Messages = make([]chatMessage, 0, 8)
+	msgs := messageSlices.Get().(*[]chatMessage)
+	b.Messages = (*msgs)[:0]
+	defer func() {
+		clear(b.Messages) // it must not keep the body alive
+		if cap(b.Messages) <= 1024 {
+			*msgs = b.Messages[:0]
+			messageSlices.Put(msgs)
+		}
+	}()
 	var seen uint8
 	gotMsgs := false
 	s.ws()
