@@ -123,19 +123,28 @@ const (
 // peerSense infers from the Replica views it is shown whether other
 // clients load the engines. With one router, an engine's running plus
 // waiting count, sampled up to a scrape interval ago, is about what the
-// router has in flight there now; with n routers about n times that. Each
-// view is one piece of evidence; a score with hysteresis turns them into a
-// stable answer, and views where the two counts are too small to tell
-// apart (fewer than 4 in flight) count for nothing.
+// router has in flight there now; with n routers about n times that.
+// Views are summed until this router's side holds at least 4 requests
+// (one view under load, several at low concurrency: a lone gateway with 2
+// in flight must still learn that it is alone), and each such sum is one
+// piece of evidence; a score with hysteresis turns them into a stable
+// answer.
 type peerSense struct {
 	score atomic.Int32
 	peers atomic.Bool
+
+	mu       sync.Mutex
+	eng, own int // the views summed since the last piece of evidence
 }
 
 const (
 	peerScoreMax = 64
 	peerScoreOn  = 48 // peers from here up
 	peerScoreOff = 16 // no peers from here down
+	// peerEvidenceMin is the in-flight count, summed over views, that
+	// makes one piece of evidence: below it, a scrape's staleness could
+	// pass for another router.
+	peerEvidenceMin = 4
 )
 
 func newPeerSense() *peerSense {
@@ -157,14 +166,26 @@ func (p *peerSense) observe(replicas []Replica) {
 		eng += r.EngineRunning + max(r.EngineWaiting, 0)
 		own += r.InFlight
 	}
-	if !known {
+	if !known || own == 0 {
+		// Nothing of this router's to compare with (an engine still busy
+		// with what it sent before the scrape is no evidence of peers).
 		return
 	}
+	p.mu.Lock()
+	p.eng += eng
+	p.own += own
+	eng, own = p.eng, p.own
+	if own < peerEvidenceMin {
+		p.mu.Unlock()
+		return
+	}
+	p.eng, p.own = 0, 0
+	p.mu.Unlock()
 	var d int32
 	switch {
 	case 2*eng >= 3*own+4: // at least 1.5x what this router sent, and 2 more
 		d = 1
-	case own >= 4 && 4*eng <= 5*own: // within 1.25x
+	case 4*eng <= 5*own: // within 1.25x
 		d = -1
 	default:
 		return

@@ -92,9 +92,10 @@ func TestPeerSense(t *testing.T) {
 
 	senseViews(p, 1000, 5, -1)
 	assert.True(t, p.peers.Load(), "no engine metrics: no evidence")
-	senseViews(p, 1000, 3, 3)
-	senseViews(p, 1000, 3, 5)
-	assert.True(t, p.peers.Load(), "too little in flight to tell")
+	senseViews(p, 1000, 0, 7)
+	assert.True(t, p.peers.Load(), "nothing of this router's in flight: no evidence")
+	senseViews(p, 3, 1, 1)
+	assert.True(t, p.peers.Load(), "3 in flight, summed: not yet one piece of evidence")
 	senseViews(p, 15, 5, 5)
 	assert.True(t, p.peers.Load(), "a few views do not flip it")
 	senseViews(p, 1, 5, 5)
@@ -109,6 +110,40 @@ func TestPeerSense(t *testing.T) {
 	assert.True(t, p.peers.Load(), "peers")
 	senseViews(p, 1000, 10, 10)
 	assert.False(t, p.peers.Load(), "back to one router")
+}
+
+// TestPeerSenseLowConcurrency proves that views with little in flight add
+// up: a lone gateway that never has 4 requests in flight learns that it is
+// alone, and two gateways at that concurrency learn that they are not.
+func TestPeerSenseLowConcurrency(t *testing.T) {
+	alone := newPeerSense()
+	views := 0
+	for views < 1000 && alone.peers.Load() {
+		senseViews(alone, 1, 1+views%2, 1+views%2) // 1 or 2 in flight, the engine agrees
+		views++
+	}
+	assert.False(t, alone.peers.Load(), "a lone router with 1-2 in flight")
+	assert.Equal(t, 16*3, views, "one piece of evidence per 4 requests summed (1+2+1), 16 to flip")
+
+	// A stale scrape now and then (the engine still shows a request that
+	// ended) does not pass for a peer.
+	for i := range 300 {
+		eng := 1
+		if i%4 == 0 {
+			eng = 2
+		}
+		senseViews(alone, 1, 1, eng)
+	}
+	assert.False(t, alone.peers.Load(), "staleness is not a peer")
+
+	two := newPeerSense()
+	senseViews(two, 1000, 3, 3)
+	assert.False(t, two.peers.Load())
+	for range 1000 {
+		senseViews(two, 1, 1, 2) // the other router has as much there
+		senseViews(two, 1, 2, 5)
+	}
+	assert.True(t, two.peers.Load(), "two routers with 1-2 in flight each")
 }
 
 // TestPrefixLoadNewPrefixAlone proves a lone router's cold rules: a new
