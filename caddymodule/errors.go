@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/llmroute/caddy-llmroute/internal/anthropic"
 )
 
 // apiError is an error in the shape OpenAI-compatible clients parse:
@@ -184,39 +186,8 @@ func anthropicShaped(w http.ResponseWriter) bool {
 	return false
 }
 
-// anthropicErrorType is Anthropic's error type for an HTTP status.
-func anthropicErrorType(status int) string {
-	switch {
-	case status == http.StatusUnauthorized:
-		return "authentication_error"
-	case status == http.StatusForbidden:
-		return "permission_error"
-	case status == http.StatusNotFound:
-		return "not_found_error"
-	case status == http.StatusRequestEntityTooLarge:
-		return "request_too_large"
-	case status == http.StatusTooManyRequests:
-		return "rate_limit_error"
-	case status == http.StatusServiceUnavailable || status == 529:
-		return "overloaded_error"
-	case status >= 500:
-		return "api_error"
-	}
-	return "invalid_request_error"
-}
-
 // writeAnthropicError writes e's body in Anthropic's shape (the headers are
 // written).
 func writeAnthropicError(w http.ResponseWriter, e apiError) {
-	var body struct {
-		Type  string `json:"type"`
-		Error struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	body.Type = "error"
-	body.Error.Type = anthropicErrorType(e.status)
-	body.Error.Message = e.message
-	_ = json.NewEncoder(w).Encode(body)
+	_ = json.NewEncoder(w).Encode(anthropic.NewError(e.status, e.message))
 }

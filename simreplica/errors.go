@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+
+	"github.com/llmroute/caddy-llmroute/internal/anthropic"
 )
 
 // apiError is the OpenAI error envelope:
@@ -66,44 +68,9 @@ func writeFaultStatus(w http.ResponseWriter, status, retryAfter int) {
 	}
 }
 
-// anthropicError is Anthropic's error envelope:
-// {"type":"error","error":{"type":"...","message":"..."}}.
-type anthropicError struct {
-	Type  string `json:"type"`
-	Error struct {
-		Type    string `json:"type"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
-// anthropicErrorType is Anthropic's error type for an HTTP status.
-func anthropicErrorType(status int) string {
-	switch {
-	case status == http.StatusUnauthorized:
-		return "authentication_error"
-	case status == http.StatusForbidden:
-		return "permission_error"
-	case status == http.StatusNotFound:
-		return "not_found_error"
-	case status == http.StatusRequestEntityTooLarge:
-		return "request_too_large"
-	case status == http.StatusTooManyRequests:
-		return "rate_limit_error"
-	case status == http.StatusServiceUnavailable || status == 529:
-		return "overloaded_error"
-	case status >= 500:
-		return "api_error"
-	}
-	return "invalid_request_error"
-}
-
 // writeAnthropicError writes an Anthropic-style JSON error.
 func writeAnthropicError(w http.ResponseWriter, status int, msg string) {
-	var body anthropicError
-	body.Type = "error"
-	body.Error.Type = anthropicErrorType(status)
-	body.Error.Message = msg
-	b, _ := json.Marshal(body)
+	b, _ := json.Marshal(anthropic.NewError(status, msg))
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
