@@ -134,66 +134,31 @@ func (c *answerCapture) feed(doc []byte) {
 // choice's texts point into doc when they need no decoding.
 func scanAnswer(doc []byte, choices []answerChoice) ([]answerChoice, bool) {
 	s := jsonscan.New(doc)
-	if !s.Open('{') {
-		return choices, false
-	}
-	seen := false
-	if !s.Empty('}') {
-		for {
-			k, ok := s.Key("choices")
-			if !ok {
-				return choices, false
-			}
-			if k == "choices" {
-				if seen {
-					return choices, false
-				}
-				seen = true
-				if choices, ok = scanChoices(&s, choices); !ok {
-					return choices, false
-				}
-			} else if _, ok := s.Skip(); !ok {
-				return choices, false
-			}
-			more, ok := s.Next('}')
-			if !ok {
-				return choices, false
-			}
-			if !more {
-				break
-			}
-		}
-	}
-	return choices, s.End()
+	ok := s.Object(answerDocFields, func(int) bool {
+		var ok bool
+		choices, ok = scanChoices(&s, choices)
+		return ok
+	})
+	return choices, ok && s.End()
 }
+
+// answerDocFields are the fields of an answer document that feed reads.
+var answerDocFields = []string{"choices"}
 
 // scanChoices reads the choices array (or null) at s.
 func scanChoices(s *jsonscan.Scanner, choices []answerChoice) ([]answerChoice, bool) {
 	if s.Lit("null") {
 		return choices, true
 	}
-	if !s.Open('[') {
-		return choices, false
-	}
-	if s.Empty(']') {
-		return choices, true
-	}
-	for {
+	ok := s.Array(func() bool {
 		var ch answerChoice
-		if !s.Lit("null") { // a null choice decodes as the zero choice
-			if !scanChoice(s, &ch) {
-				return choices, false
-			}
+		if !s.Lit("null") && !scanChoice(s, &ch) { // a null choice decodes as the zero choice
+			return false
 		}
 		choices = append(choices, ch)
-		more, ok := s.Next(']')
-		if !ok {
-			return choices, false
-		}
-		if !more {
-			return choices, true
-		}
-	}
+		return true
+	})
+	return choices, ok
 }
 
 // answerFields are the fields of a choice and of its delta that feed reads.
@@ -211,67 +176,34 @@ type deltaView struct {
 }
 
 func scanChoice(s *jsonscan.Scanner, ch *answerChoice) bool {
-	if !s.Open('{') {
-		return false
-	}
 	var delta, message deltaView
-	var seen [4]bool
-	if !s.Empty('}') {
-		for {
-			k, ok := s.Key(choiceFields...)
-			if !ok {
-				return false
-			}
-			f := -1
-			for i, n := range choiceFields {
-				if k == n {
-					f = i
-				}
-			}
-			if f >= 0 {
-				if seen[f] {
+	ok := s.Object(choiceFields, func(f int) bool {
+		switch f {
+		case 0:
+			if !s.Lit("null") {
+				n, ok := s.Int()
+				if !ok {
 					return false
 				}
-				seen[f] = true
+				ch.index = n
 			}
-			switch f {
-			case 0:
-				if !s.Lit("null") {
-					n, ok := s.Int()
-					if !ok {
-						return false
-					}
-					ch.index = n
-				}
-			case 1, 2:
-				d := &delta
-				if f == 2 {
-					d = &message
-				}
-				if !scanDelta(s, d) {
+		case 1:
+			return scanDelta(s, &delta)
+		case 2:
+			return scanDelta(s, &message)
+		case 3:
+			if !s.Lit("null") {
+				t, ok := scanText(s)
+				if !ok {
 					return false
 				}
-			case 3:
-				if !s.Lit("null") {
-					t, ok := scanText(s)
-					if !ok {
-						return false
-					}
-					ch.text, ch.hasText = t, true
-				}
-			default:
-				if _, ok := s.Skip(); !ok {
-					return false
-				}
-			}
-			more, ok := s.Next('}')
-			if !ok {
-				return false
-			}
-			if !more {
-				break
+				ch.text, ch.hasText = t, true
 			}
 		}
+		return true
+	})
+	if !ok {
+		return false
 	}
 	d := delta
 	if !d.set {
@@ -285,33 +217,9 @@ func scanDelta(s *jsonscan.Scanner, d *deltaView) bool {
 	if s.Lit("null") {
 		return true
 	}
-	if !s.Open('{') {
-		return false
-	}
 	d.set = true
-	var seen [3]bool
-	if s.Empty('}') {
-		return true
-	}
-	for {
-		k, ok := s.Key(deltaFields...)
-		if !ok {
-			return false
-		}
-		f := -1
-		for i, n := range deltaFields {
-			if k == n {
-				f = i
-			}
-		}
-		if f >= 0 {
-			if seen[f] {
-				return false
-			}
-			seen[f] = true
-		}
-		switch f {
-		case 0:
+	return s.Object(deltaFields, func(f int) bool {
+		if f == 0 {
 			if !s.Lit("null") {
 				t, ok := scanText(s)
 				if !ok {
@@ -319,23 +227,14 @@ func scanDelta(s *jsonscan.Scanner, d *deltaView) bool {
 				}
 				d.content, d.hasContent = t, true
 			}
-		default:
-			v, ok := s.Skip()
-			if !ok {
-				return false
-			}
-			if f > 0 && isSet(v) {
-				d.tools = true
-			}
-		}
-		more, ok := s.Next('}')
-		if !ok {
-			return false
-		}
-		if !more {
 			return true
 		}
-	}
+		v, ok := s.Skip()
+		if ok && isSet(v) {
+			d.tools = true
+		}
+		return ok
+	})
 }
 
 // scanText reads a string value (anything else declines).

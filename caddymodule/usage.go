@@ -389,100 +389,36 @@ var (
 // anything that would not decode.
 func scanUsage(doc []byte) (f openAIUsage, ok bool) {
 	s := jsonscan.New(doc)
-	if !s.Open('{') {
-		return f, false
-	}
-	var seen [2]bool
-	if !s.Empty('}') {
-		for {
-			k, ok := s.Key(usageDocFields...)
-			if !ok {
-				return f, false
+	ok = s.Object(usageDocFields, func(i int) bool {
+		switch usageDocFields[i] {
+		case "choices":
+			if s.Lit("null") {
+				return true
 			}
-			switch k {
-			case "choices":
-				if seen[0] {
-					return f, false
-				}
-				seen[0] = true
-				if !s.Lit("null") {
-					if !s.Open('[') {
-						return f, false
-					}
-					if !s.Empty(']') {
-						f.choices = true
-						for {
-							if _, ok := s.Skip(); !ok {
-								return f, false
-							}
-							more, ok := s.Next(']')
-							if !ok {
-								return f, false
-							}
-							if !more {
-								break
-							}
-						}
-					}
-				}
-			case "usage":
-				if seen[1] || !scanUsageObject(&s, &f) {
-					return f, false
-				}
-				seen[1] = true
-			case "response", "type", "message", "timings", "tokens_cached", "tokens_evaluated":
-				return f, false
-			default:
-				if _, ok := s.Skip(); !ok {
-					return f, false
-				}
-			}
-			more, ok := s.Next('}')
-			if !ok {
-				return f, false
-			}
-			if !more {
-				break
-			}
+			return s.Array(func() bool {
+				f.choices = true
+				_, ok := s.Skip()
+				return ok
+			})
+		case "usage":
+			return scanUsageObject(&s, &f)
 		}
-	}
-	return f, s.End()
+		return false // another usage shape: left to encoding/json
+	})
+	return f, ok && s.End()
 }
 
 // scanUsageObject reads the usage object (null declines).
 func scanUsageObject(s *jsonscan.Scanner, f *openAIUsage) bool {
-	if !s.Open('{') {
-		return false
-	}
 	f.usage = true
-	if s.Empty('}') {
-		return true
-	}
-	var seen [4]bool
-	for {
-		k, ok := s.Key(usageFields...)
-		if !ok {
-			return false
-		}
-		i := -1
-		for j, n := range usageFields[:4] {
-			if k == n {
-				i = j
-			}
-		}
+	return s.Object(usageFields, func(i int) bool {
 		switch {
-		case i >= 0 && seen[i]:
-			return false
 		case i == 3:
-			seen[i] = true
 			if !s.Lit("null") {
 				f.details = true
-				if !scanCount(s, &f.cached, "cached_tokens") {
-					return false
-				}
+				return scanCount(s, &f.cached, cachedFields)
 			}
-		case i >= 0:
-			seen[i] = true
+		case i < 3:
 			v := []*int{&f.prompt, &f.completion, &f.total}[i]
 			if !s.Lit("null") {
 				n, ok := s.Int()
@@ -492,61 +428,26 @@ func scanUsageObject(s *jsonscan.Scanner, f *openAIUsage) bool {
 				*v = int(n)
 			}
 		default:
-			for _, n := range usageFields[4:] {
-				if k == n {
-					return false
-				}
-			}
-			if _, ok := s.Skip(); !ok {
-				return false
-			}
+			return false // Anthropic's or the Responses API's counts
 		}
-		more, ok := s.Next('}')
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-	}
+		return true
+	})
 }
 
-// scanCount reads an object whose field name is an integer (others are
-// skipped) into v.
-func scanCount(s *jsonscan.Scanner, v *int, name string) bool {
-	if !s.Open('{') {
-		return false
-	}
-	if s.Empty('}') {
-		return true
-	}
-	seen := false
-	for {
-		k, ok := s.Key(name)
-		if !ok {
-			return false
-		}
-		if k == name {
-			if seen {
+// cachedFields is the one field of prompt_tokens_details that feed reads.
+var cachedFields = []string{"cached_tokens"}
+
+// scanCount reads into v the integer of an object's one field in name
+// (the others are skipped).
+func scanCount(s *jsonscan.Scanner, v *int, name []string) bool {
+	return s.Object(name, func(int) bool {
+		if !s.Lit("null") {
+			n, ok := s.Int()
+			if !ok {
 				return false
 			}
-			seen = true
-			if !s.Lit("null") {
-				n, ok := s.Int()
-				if !ok {
-					return false
-				}
-				*v = int(n)
-			}
-		} else if _, ok := s.Skip(); !ok {
-			return false
+			*v = int(n)
 		}
-		more, ok := s.Next('}')
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-	}
+		return true
+	})
 }

@@ -84,6 +84,78 @@ func (s *Scanner) Next(closer byte) (more, ok bool) {
 	return false, false
 }
 
+// Object reads an object (after white space). For each key among names
+// (at most 64) it calls field with the key's index in names, and field
+// must read the value; the value of any other key is skipped. A key of
+// names seen twice, a key Key declines, or field returning false declines
+// the object (ok false), as does anything not an object.
+func (s *Scanner) Object(names []string, field func(i int) bool) bool {
+	if !s.Open('{') {
+		return false
+	}
+	if s.Empty('}') {
+		return true
+	}
+	var seen uint64
+	for {
+		k, ok := s.Key(names...)
+		if !ok {
+			return false
+		}
+		i := -1
+		for j, n := range names {
+			if k == n {
+				i = j
+				break
+			}
+		}
+		switch {
+		case i < 0:
+			if _, ok := s.Skip(); !ok {
+				return false
+			}
+		case seen&(1<<i) != 0:
+			return false
+		default:
+			seen |= 1 << i
+			if !field(i) {
+				return false
+			}
+		}
+		more, ok := s.Next('}')
+		if !ok {
+			return false
+		}
+		if !more {
+			return true
+		}
+	}
+}
+
+// Array reads an array (after white space), calling elem for each element,
+// which must read it; elem returning false, or anything not an array,
+// declines (ok false).
+func (s *Scanner) Array(elem func() bool) bool {
+	if !s.Open('[') {
+		return false
+	}
+	if s.Empty(']') {
+		return true
+	}
+	for {
+		if !elem() {
+			return false
+		}
+		more, ok := s.Next(']')
+		if !ok {
+			return false
+		}
+		if !more {
+			return true
+		}
+	}
+}
+
 // End reports whether only white space is left.
 func (s *Scanner) End() bool {
 	s.WS()

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // docs are valid and invalid documents around the edges of the grammar.
@@ -193,4 +195,44 @@ func TestHasCtl(t *testing.T) {
 			b[i] = 'a'
 		}
 	}
+}
+
+func TestObjectAndArray(t *testing.T) {
+	names := []string{"a", "b"}
+	cases := []struct {
+		doc  string
+		ok   bool
+		got  string // the fields read, in order
+		elts int
+	}{
+		{`{}`, true, "", 0},
+		{`{"a":[1,2,3],"x":{"a":1},"b":[]}`, true, "ab", 3},
+		{`{"x":1,"x":2}`, true, "", 0}, // other keys may repeat: encoding/json keeps the last
+		{`{"a":[],"a":[]}`, false, "a", 0},
+		{`{"A":[]}`, false, "", 0},    // a case-folded name
+		{`{"a":[1,]}`, false, "a", 2}, // the second element is "]": Skip declines
+		{`{"a":[1] "b":[]}`, false, "a", 1},
+		{`[1]`, false, "", 0},
+		{`{"b":7}`, false, "b", 0}, // field declines: not an array
+	}
+	accepted := 0
+	for _, c := range cases {
+		s := New([]byte(c.doc))
+		got, elts := "", 0
+		ok := s.Object(names, func(i int) bool {
+			got += names[i]
+			return s.Array(func() bool {
+				elts++
+				_, ok := s.Skip()
+				return ok
+			})
+		}) && s.End()
+		assert.Equal(t, c.ok, ok, c.doc)
+		assert.Equal(t, c.got, got, c.doc)
+		assert.Equal(t, c.elts, elts, c.doc)
+		if ok {
+			accepted++
+		}
+	}
+	assert.Equal(t, 3, accepted)
 }
