@@ -150,3 +150,18 @@ func BenchmarkScanAnswer(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkScanAnswerChunk is one streamed content chunk through the
+// answer capture's scanner (once per SSE event with index_answers on).
+func BenchmarkScanAnswerChunk(b *testing.B) {
+	doc := benchSSEChunk[len("data: ") : len(benchSSEChunk)-2]
+	var ch []answerChoice
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var ok bool
+		if ch, ok = scanAnswer(doc, ch[:0]); !ok {
+			b.Fatal("declined")
+		}
+	}
+}

@@ -90,3 +90,15 @@ func TestMarksMatchContains(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkScanUsageChunk is the usage chunk through the usage scanner.
+func BenchmarkScanUsageChunk(b *testing.B) {
+	doc := benchSSEUsage[len("data: ") : len(benchSSEUsage)-2]
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := scanUsage(doc); !ok {
+			b.Fatal("declined")
+		}
+	}
+}

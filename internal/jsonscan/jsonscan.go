@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 	"strings"
 	"unicode/utf8"
 	"unsafe"
@@ -246,15 +247,22 @@ func isHex(c byte) bool { return c-'0' < 10 || (c|0x20)-'a' < 6 }
 // two), whatever its escapes.
 func StringEnd(b []byte, i int) (end int, esc, ok bool) {
 	j := i + 1
-	// Keys and short values: a plain loop ends them sooner than the
-	// searches below get going.
-	for k := j; k < len(b) && k < j+24; k++ {
-		switch c := b[k]; {
-		case c == '"':
-			return k + 1, false, true
-		case c == '\\' || c < 0x20:
-			k = len(b) // leave it to the general scan
+	// Keys and short values: eight bytes at a time, the first quote,
+	// backslash or control byte ends them sooner than the searches below
+	// get going. In each mask the lowest set bit is exact (a borrow only
+	// reaches the bytes above it), so their union's is the first such byte.
+	for k := j; k+8 <= len(b) && k < j+32; k += 8 {
+		w := binary.LittleEndian.Uint64(b[k:])
+		q, bs := w^(lo*'"'), w^(lo*'\\')
+		m := ((q-lo)&^q | (bs-lo)&^bs | (w-0x20*lo)&^w) & hi
+		if m == 0 {
+			continue
 		}
+		at := k + bits.TrailingZeros64(m)/8
+		if b[at] == '"' {
+			return at + 1, false, true
+		}
+		break // an escape or a control byte: the general scan
 	}
 	q := -1 // the next quote at or after j, once found
 	for {

@@ -160,16 +160,29 @@ func TestStringEnd(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(9, 10))
 	pieces := []string{`"`, `\`, `\\`, `\"`, `\n`, `\u00e9`, `\uD83D`, `\u00`, `\x`, "\x01", "abcdefgh", "x", " ", "\xff"}
+	tails := []string{"", `,"k":"v\n"}`, `"` + strings.Repeat("y", 40) + `"`}
+	accepted, escaped := 0, 0
 	for range 50000 {
 		b := []byte{'"'}
 		for range r.IntN(12) {
 			b = append(b, pieces[r.IntN(len(pieces))]...)
 		}
+		// What follows the string lies in the word scans' reach too.
+		b = append(b, tails[r.IntN(len(tails))]...)
 		end, esc, ok := StringEnd(b, 0)
 		wend, wesc, wok := ref(b)
 		if ok != wok || (ok && (end != wend || esc != wesc)) {
 			t.Fatalf("StringEnd(%q) = %d %v %v, want %d %v %v", b, end, esc, ok, wend, wesc, wok)
 		}
+		if ok {
+			accepted++
+			if esc {
+				escaped++
+			}
+		}
+	}
+	if accepted < 10000 || escaped < 2000 || accepted-escaped < 2000 {
+		t.Fatalf("too few cases exercised: %d accepted, %d of them with escapes", accepted, escaped)
 	}
 }
 
