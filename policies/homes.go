@@ -185,7 +185,9 @@ func (p *peerSense) observe(replicas []Replica) {
 	switch {
 	case 2*eng >= 3*own+4: // at least 1.5x what this router sent, and 2 more
 		d = 1
-	case 4*eng <= 5*own: // within 1.25x
+	case own <= eng && 4*eng <= 5*own: // what it sent, up to 1.25x
+		// (Fewer than it sent is a scrape from before its requests
+		// began, as at start-up: no evidence either way.)
 		d = -1
 	default:
 		return

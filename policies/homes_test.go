@@ -94,6 +94,8 @@ func TestPeerSense(t *testing.T) {
 	assert.True(t, p.peers.Load(), "no engine metrics: no evidence")
 	senseViews(p, 1000, 0, 7)
 	assert.True(t, p.peers.Load(), "nothing of this router's in flight: no evidence")
+	senseViews(p, 1000, 5, 3)
+	assert.True(t, p.peers.Load(), "engines running less than it sent (a scrape from before its requests): no evidence")
 	senseViews(p, 3, 1, 1)
 	assert.True(t, p.peers.Load(), "3 in flight, summed: not yet one piece of evidence")
 	senseViews(p, 15, 5, 5)
