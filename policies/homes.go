@@ -132,9 +132,10 @@ const (
 type peerSense struct {
 	score atomic.Int32
 	peers atomic.Bool
-
-	mu       sync.Mutex
-	eng, own int // the views summed since the last piece of evidence
+	// sum holds the views summed since the last piece of evidence: this
+	// router's in-flight count in the high 32 bits, the engines' in the
+	// low (one word, so that Pick takes no lock for it).
+	sum atomic.Uint64
 }
 
 const (
@@ -171,16 +172,21 @@ func (p *peerSense) observe(replicas []Replica) {
 		// with what it sent before the scrape is no evidence of peers).
 		return
 	}
-	p.mu.Lock()
-	p.eng += eng
-	p.own += own
-	eng, own = p.eng, p.own
-	if own < peerEvidenceMin {
-		p.mu.Unlock()
-		return
+	for {
+		old := p.sum.Load()
+		o := old>>32 + uint64(own)
+		e := min(old&0xffffffff+uint64(eng), 0xffffffff)
+		if o < peerEvidenceMin {
+			if p.sum.CompareAndSwap(old, o<<32|e) {
+				return
+			}
+			continue
+		}
+		if p.sum.CompareAndSwap(old, 0) {
+			eng, own = int(e), int(o)
+			break
+		}
 	}
-	p.eng, p.own = 0, 0
-	p.mu.Unlock()
 	var d int32
 	switch {
 	case 2*eng >= 3*own+4: // at least 1.5x what this router sent, and 2 more
