@@ -58,126 +58,13 @@ func (s *fscan) lit(word string) bool {
 	return false
 }
 
-func isDigit(c byte) bool { return c-'0' < 10 }
-
-func (s *fscan) num() bool {
-	b, i := s.b, s.i
-	if i < len(b) && b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		for i < len(b) && isDigit(b[i]) {
-			i++
-		}
-	default:
-		return false
-	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		if i >= len(b) || !isDigit(b[i]) {
-			return false
-		}
-		for i < len(b) && isDigit(b[i]) {
-			i++
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		if i >= len(b) || !isDigit(b[i]) {
-			return false
-		}
-		for i < len(b) && isDigit(b[i]) {
-			i++
-		}
-	}
-	s.i = i
-	return true
-}
-
-// skip scans any value at s.i and returns its bytes.
-func (s *fscan) skip(depth int) ([]byte, bool) {
-	if depth > 500 {
-		return nil, false
-	}
-	s.ws()
-	if s.i >= len(s.b) {
-		return nil, false
-	}
-	start := s.i
-	switch c := s.b[s.i]; {
-	case c == '"':
-		if _, _, ok := s.str(); !ok {
-			return nil, false
-		}
-	case c == '{':
-		s.i++
-		s.ws()
-		if s.i < len(s.b) && s.b[s.i] == '}' {
-			s.i++
-			break
-		}
-		for {
-			s.ws()
-			if s.i >= len(s.b) || s.b[s.i] != '"' {
-				return nil, false
-			}
-			if _, _, ok := s.str(); !ok || !s.colon() {
-				return nil, false
-			}
-			if _, ok := s.skip(depth + 1); !ok {
-				return nil, false
-			}
-			more, ok := s.next('}')
-			if !ok {
-				return nil, false
-			}
-			if !more {
-				break
-			}
-		}
-	case c == '[':
-		s.i++
-		s.ws()
-		if s.i < len(s.b) && s.b[s.i] == ']' {
-			s.i++
-			break
-		}
-		for {
-			if _, ok := s.skip(depth + 1); !ok {
-				return nil, false
-			}
-			more, ok := s.next(']')
-			if !ok {
-				return nil, false
-			}
-			if !more {
-				break
-			}
-		}
-	case c == 't':
-		if !s.lit("true") {
-			return nil, false
-		}
-	case c == 'f':
-		if !s.lit("false") {
-			return nil, false
-		}
-	case c == 'n':
-		if !s.lit("null") {
-			return nil, false
-		}
-	default:
-		if !s.num() {
-			return nil, false
-		}
-	}
-	return s.b[start:s.i], true
+// skip scans any value at s.i and returns its bytes: jsonscan's Skip,
+// the one value scanner of the module.
+func (s *fscan) skip() ([]byte, bool) {
+	sc := jsonscan.At(s.b, s.i)
+	v, ok := sc.Skip()
+	s.i = sc.Pos()
+	return v, ok
 }
 
 // key scans an object key; it declines escapes and non-ASCII keys, and
@@ -312,7 +199,7 @@ func fastChat(body []byte, cfg ParseConfig) (*Request, bool) {
 			}
 			b.Model = jsonText{s: strings.Clone(v), kind: shapeString}
 		case "stream":
-			v, ok := s.skip(0)
+			v, ok := s.skip()
 			if !ok {
 				return nil, false
 			}
@@ -323,7 +210,7 @@ func fastChat(body []byte, cfg ParseConfig) (*Request, bool) {
 				if !s.streamOptions(&b.StreamOptions) {
 					return nil, false
 				}
-			} else if _, ok := s.skip(0); !ok {
+			} else if _, ok := s.skip(); !ok {
 				return nil, false
 			}
 		case "cache_salt", "prompt_cache_key":
@@ -342,11 +229,11 @@ func fastChat(body []byte, cfg ParseConfig) (*Request, bool) {
 				} else {
 					b.PromptCacheKey = t
 				}
-			} else if _, ok := s.skip(0); !ok {
+			} else if _, ok := s.skip(); !ok {
 				return nil, false
 			}
 		case "tools", "functions":
-			v, ok := s.skip(0)
+			v, ok := s.skip()
 			if !ok {
 				return nil, false
 			}
@@ -363,7 +250,7 @@ func fastChat(body []byte, cfg ParseConfig) (*Request, bool) {
 			}
 			gotMsgs = true
 		default:
-			if _, ok := s.skip(0); !ok {
+			if _, ok := s.skip(); !ok {
 				return nil, false
 			}
 		}
@@ -398,7 +285,7 @@ func (s *fscan) streamOptions(o *streamOptions) bool {
 		if !ok || !s.colon() {
 			return false
 		}
-		v, ok := s.skip(1)
+		v, ok := s.skip()
 		if !ok {
 			return false
 		}
@@ -488,7 +375,7 @@ func (s *fscan) messages(b *chatBody) bool {
 			case "name", "tool_call_id", "tool_calls":
 				return false
 			default:
-				if _, ok := s.skip(2); !ok {
+				if _, ok := s.skip(); !ok {
 					return false
 				}
 			}

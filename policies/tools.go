@@ -144,7 +144,7 @@ func toolsFast(out []byte, raw []byte) (n int, _ []byte, ok bool) {
 		}
 		start := s.i
 		if s.b[s.i] != '{' {
-			v, ok := s.skip(0)
+			v, ok := s.skip()
 			if !ok {
 				return 0, nil, false
 			}
@@ -198,7 +198,7 @@ func (s *fscan) tool(td *toolDef) bool {
 		case "function":
 			bit, ok = 32, s.function(&td.Function)
 		default:
-			_, ok = s.skip(0)
+			_, ok = s.skip()
 		}
 		if !ok || seen&bit != 0 {
 			return false
@@ -244,7 +244,7 @@ func (s *fscan) function(f **function) bool {
 		case "parameters":
 			bit, ok = 4, s.rawValue(&(*f).Parameters)
 		default:
-			_, ok = s.skip(0)
+			_, ok = s.skip()
 		}
 		if !ok || seen&bit != 0 {
 			return false
@@ -280,7 +280,7 @@ func (s *fscan) textField(t *jsonText) bool {
 
 // rawValue scans any value into r (null as absent), without copying it.
 func (s *fscan) rawValue(r *rawField) bool {
-	v, ok := s.skip(0)
+	v, ok := s.skip()
 	if ok && !isNull(v) {
 		*r = v
 	}

@@ -30,6 +30,13 @@ type Scanner struct {
 // New returns a scanner at the start of b.
 func New(b []byte) Scanner { return Scanner{b: b} }
 
+// At returns a scanner over b at offset i, for a caller that scans b with
+// its own code and hands a value over.
+func At(b []byte, i int) Scanner { return Scanner{b: b, i: i} }
+
+// Pos returns the scanner's offset in its input.
+func (s *Scanner) Pos() int { return s.i }
+
 // WS skips white space.
 func (s *Scanner) WS() {
 	if s.i < len(s.b) && s.b[s.i] > ' ' {
