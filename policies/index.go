@@ -2,6 +2,7 @@ package policies
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
@@ -29,10 +30,35 @@ const DefaultIndexCapacity = 16384
 // not make its entries look used. The package's lru.Cache would lock once
 // per block; the one mutex here locks once per chain and makes Insert of a
 // chain atomic.
+//
+// Match first looks, without the lock, at a filter of the chains' first
+// blocks (heads): a chain whose head was never inserted since the last
+// Purge matches nothing, and a decision that asks every replica about a
+// prefix only one of them holds takes one lock, not one per replica.
 type Index struct {
 	mu  sync.Mutex
 	lru *simplelru.LRU[uint64, struct{}]
 	cap int
+	// heads has the bit of every chain head inserted since the last Purge
+	// set. Eviction and Forget leave bits set (a stale bit only costs a
+	// look under the lock), so a clear bit is certain: that head is not
+	// held.
+	heads [headWords]atomic.Uint64
+}
+
+// headWords sizes the head filter: 4,096 bits, 512 bytes per replica; with
+// a few hundred distinct prefixes per replica most clear bits stay clear.
+const headWords = 64
+
+// headBit returns the filter word and bit of a head.
+func headBit(h uint64) (int, uint64) {
+	return int(h>>6) % headWords, 1 << (h & 63)
+}
+
+// mayHold reports whether the head filter allows that head to be held.
+func (ix *Index) mayHold(head uint64) bool {
+	w, bit := headBit(head)
+	return ix.heads[w].Load()&bit != 0
 }
 
 // NewIndex returns an empty index holding at most capacityBlocks block
@@ -57,6 +83,8 @@ func (ix *Index) Insert(blocks []uint64) {
 		return
 	}
 	ix.mu.Lock()
+	w, bit := headBit(blocks[0])
+	ix.heads[w].Or(bit)
 	for i := len(blocks) - 1; i >= 0; i-- {
 		ix.lru.Add(blocks[i], struct{}{})
 	}
@@ -68,7 +96,7 @@ func (ix *Index) Insert(blocks []uint64) {
 // recency, so asking about a replica that is then not chosen leaves its
 // index as it was. A nil index matches nothing.
 func (ix *Index) Match(blocks []uint64) int {
-	if ix == nil || len(blocks) == 0 {
+	if ix == nil || len(blocks) == 0 || !ix.mayHold(blocks[0]) {
 		return 0
 	}
 	ix.mu.Lock()
@@ -103,6 +131,9 @@ func (ix *Index) Purge() {
 	}
 	ix.mu.Lock()
 	ix.lru.Purge()
+	for i := range ix.heads {
+		ix.heads[i].Store(0)
+	}
 	ix.mu.Unlock()
 }
 

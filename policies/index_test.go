@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"testing"
@@ -48,7 +49,10 @@ func TestIndex(t *testing.T) {
 		}, len: 4},
 		{name: "forget", cap: 10, ops: []op{
 			{insert: []uint64{1, 2, 3}}, {forget: []uint64{2, 42}},
-			{match: []uint64{1, 2, 3}, want: 1}, {match: []uint64{3}, want: 1},
+			{match: []uint64{1, 2, 3}, want: 1},
+			// Chains are matched from their head: 3 is held, but no chain
+			// inserted began with it.
+			{match: []uint64{3}, want: 0},
 		}, len: 2},
 		{name: "purge", cap: 10, ops: []op{
 			{insert: []uint64{1, 2, 3}}, {purge: true}, {match: []uint64{1}, want: 0},
@@ -147,4 +151,61 @@ func TestIndexBytesPerEntry(t *testing.T) {
 	assert.Equal(t, n, ix.Len())
 	assert.Less(t, per, 160.0)
 	runtime.KeepAlive(ix)
+}
+
+// TestIndexHeadFilter proves that the lock-free head filter never hides a
+// held chain: over random inserts, forgets, purges and resizes, Match
+// equals a plain walk of the LRU for chains starting at a head, and the
+// filter answered alone for heads never inserted.
+func TestIndexHeadFilter(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	ix := NewIndex(64)
+	chains := make([][]uint64, 0, 200)
+	short, looked := 0, 0
+	for op := range 20000 {
+		switch k := r.IntN(100); {
+		case k < 30:
+			c := make([]uint64, 1+r.IntN(6))
+			for i := range c {
+				c[i] = r.Uint64()
+			}
+			chains = append(chains, c)
+			ix.Insert(c)
+		case k < 35 && len(chains) > 0:
+			c := chains[r.IntN(len(chains))]
+			ix.Forget(c[r.IntN(len(c)):])
+		case k == 35 && r.IntN(20) == 0:
+			ix.Purge()
+		case k == 36:
+			ix.SetCapacity(16 + r.IntN(96))
+		default:
+			var c []uint64
+			if len(chains) > 0 && r.IntN(4) > 0 {
+				c = chains[max(0, len(chains)-1-r.IntN(40))] // mostly still held
+			} else {
+				c = []uint64{r.Uint64(), r.Uint64()}
+			}
+			ix.mu.Lock()
+			want := 0
+			for _, b := range c {
+				if _, ok := ix.lru.Peek(b); !ok {
+					break
+				}
+				want++
+			}
+			ix.mu.Unlock()
+			if ix.mayHold(c[0]) {
+				looked++
+			} else {
+				short++
+			}
+			if got := ix.Match(c); got != want {
+				t.Fatalf("op %d: Match = %d, the LRU holds %d", op, got, want)
+			}
+		}
+	}
+	t.Logf("filter answered alone %d times, looked under the lock %d times", short, looked)
+	if short < 1000 || looked < 1000 {
+		t.Fatalf("filter answered alone %d times, looked %d times: too few of either", short, looked)
+	}
 }
