@@ -92,7 +92,9 @@ func (ix *Index) Insert(blocks []uint64) {
 }
 
 // Match returns how many leading blocks of the chain are believed resident:
-// it stops at the first block the index does not hold. It does not change
+// it stops at the first block the index does not hold. The chain is
+// matched from its head, as chains are inserted (a chain that begins inside
+// an inserted one matches nothing). It does not change
 // recency, so asking about a replica that is then not chosen leaves its
 // index as it was. A nil index matches nothing.
 func (ix *Index) Match(blocks []uint64) int {
