@@ -96,10 +96,14 @@ func TestScanAnswerMatchesDecoder(t *testing.T) {
 			t.Errorf("common shape declined: %s", d)
 		}
 	}
-	r := rand.New(rand.NewPCG(3, 4))
-	const alphabet = "{}[]\":,01.-enultrxCD \\\xff"
-	for range 20000 {
-		b := []byte(answerDocs[r.IntN(len(answerDocs))])
+	mutate(rand.New(rand.NewPCG(3, 4)), answerDocs, "{}[]\":,01.-enultrxCD \\\xff", 20000, func(b []byte) { checkScanAnswer(t, b) })
+}
+
+// mutate calls check with n mutations of docs: one to three bytes of a
+// document replaced by, deleted, or inserted from alphabet.
+func mutate(r *rand.Rand, docs []string, alphabet string, n int, check func([]byte)) {
+	for range n {
+		b := []byte(docs[r.IntN(len(docs))])
 		for range 1 + r.IntN(3) {
 			i := r.IntN(len(b))
 			switch r.IntN(3) {
@@ -114,7 +118,7 @@ func TestScanAnswerMatchesDecoder(t *testing.T) {
 				break
 			}
 		}
-		checkScanAnswer(t, b)
+		check(b)
 	}
 }
 
@@ -149,19 +153,4 @@ func BenchmarkScanAnswer(b *testing.B) {
 			}
 		}
 	})
-}
-
-// BenchmarkScanAnswerChunk is one streamed content chunk through the
-// answer capture's scanner (once per SSE event with index_answers on).
-func BenchmarkScanAnswerChunk(b *testing.B) {
-	doc := benchSSEChunk[len("data: ") : len(benchSSEChunk)-2]
-	var ch []answerChoice
-	b.SetBytes(int64(len(doc)))
-	b.ReportAllocs()
-	for b.Loop() {
-		var ok bool
-		if ch, ok = scanAnswer(doc, ch[:0]); !ok {
-			b.Fatal("declined")
-		}
-	}
 }

@@ -43,26 +43,7 @@ func TestScanUsageMatchesDecoder(t *testing.T) {
 			t.Errorf("common shape declined: %s", d)
 		}
 	}
-	r := rand.New(rand.NewPCG(5, 6))
-	const alphabet = "{}[]\":,01.-enultUP \\\xff"
-	for range 20000 {
-		b := []byte(usageDocs[r.IntN(len(usageDocs))])
-		for range 1 + r.IntN(3) {
-			i := r.IntN(len(b))
-			switch r.IntN(3) {
-			case 0:
-				b[i] = alphabet[r.IntN(len(alphabet))]
-			case 1:
-				b = append(b[:i], b[i+1:]...)
-			default:
-				b = append(b[:i], append([]byte{alphabet[r.IntN(len(alphabet))]}, b[i:]...)...)
-			}
-			if len(b) == 0 {
-				break
-			}
-		}
-		checkScanUsage(t, b)
-	}
+	mutate(rand.New(rand.NewPCG(5, 6)), usageDocs, "{}[]\":,01.-enultUP \\\xff", 20000, func(b []byte) { checkScanUsage(t, b) })
 }
 
 func FuzzScanUsage(f *testing.F) {
@@ -87,18 +68,6 @@ func TestMarksMatchContains(t *testing.T) {
 		wantU := bytes.Contains(b, []byte(`"usage"`)) || bytes.Contains(b, []byte(`"timings"`)) || bytes.Contains(b, []byte(`"tokens_cached"`))
 		if finish != wantF || usage != wantU {
 			t.Fatalf("marks(%q) = %v %v, Contains %v %v", b, finish, usage, wantF, wantU)
-		}
-	}
-}
-
-// BenchmarkScanUsageChunk is the usage chunk through the usage scanner.
-func BenchmarkScanUsageChunk(b *testing.B) {
-	doc := benchSSEUsage[len("data: ") : len(benchSSEUsage)-2]
-	b.SetBytes(int64(len(doc)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, ok := scanUsage(doc); !ok {
-			b.Fatal("declined")
 		}
 	}
 }
