@@ -71,3 +71,15 @@ func TestMarksMatchContains(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkScanUsage reads the usage chunk as the usage sniffer does.
+func BenchmarkScanUsage(b *testing.B) {
+	doc := benchSSEUsage[len("data: ") : len(benchSSEUsage)-2]
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := scanUsage(doc); !ok {
+			b.Fatal("declined")
+		}
+	}
+}
