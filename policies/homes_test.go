@@ -302,3 +302,41 @@ func TestPrefixLoadNewPrefixSpreads(t *testing.T) {
 		assert.InDelta(t, 100, c, 25, "replica %d got %d of 400", i, c)
 	}
 }
+
+// TestPrefixLoadLoneGatewayLearnsAlone is the real-engine case that exposed
+// the low-concurrency rule: one gateway, engine metrics on, never more
+// than one request of its own in flight. It learns that it is alone, and
+// from then on a prefix it placed by load stays where it went instead of
+// moving to its rendezvous home on its second request.
+func TestPrefixLoadLoneGatewayLearnsAlone(t *testing.T) {
+	s := mustStrategy(t, "prefix_load", Options{})
+	peers := s.(interface{ Peers() bool })
+	require.True(t, peers.Peers(), "peers assumed at first")
+	rs := replicas(2)
+	views := 0
+	for k := uint64(1); k <= 200 && peers.Peers(); k++ {
+		// One request of its own in flight on replica k%2, which the
+		// engine reports running; the pick is for the next one.
+		for i := range rs {
+			rs[i].InFlight, rs[i].EngineRunning, rs[i].EngineWaiting = 0, 0, 0
+		}
+		rs[k%2].InFlight, rs[k%2].EngineRunning = 1, 1
+		s.Pick(Keys{Leading: 5000 + k, Blocks: []uint64{5000 + k}, LeadingBlocks: 1, Bytes: 1000}, rs)
+		views++
+	}
+	assert.False(t, peers.Peers(), "a lone gateway with one request in flight learns it is alone")
+	assert.Equal(t, 64, views, "16 pieces of evidence of 4 requests each")
+
+	// A new prefix whose rendezvous home has more queued than the slack
+	// allows goes by load, and comes back there.
+	keys := Keys{Leading: 4242, Blocks: []uint64{21, 22}, LeadingBlocks: 1, Bytes: 1000}
+	home := ranked(keys.Leading, rs)[0]
+	for i := range rs {
+		rs[i].InFlight, rs[i].EngineRunning, rs[i].PendingPrefill = 0, 0, 0
+	}
+	rs[home].PendingPrefill = 5000
+	first := s.Pick(keys, rs)
+	require.NotEqual(t, home, first, "by load")
+	rs[home].PendingPrefill = 0
+	assert.Equal(t, first, s.Pick(keys, rs), "alone: it stays where it went")
+}
