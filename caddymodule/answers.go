@@ -82,28 +82,9 @@ func (c *answerCapture) feed(doc []byte) {
 	}
 	choices, ok := scanAnswer(doc, c.choices[:0])
 	if !ok {
-		var p answerPart
-		if json.Unmarshal(doc, &p) != nil {
+		if choices, ok = decodeAnswer(doc, choices[:0]); !ok {
 			c.dead = true
 			return
-		}
-		choices = choices[:0]
-		for _, ch := range p.Choices {
-			d := ch.Delta
-			if d == nil {
-				d = ch.Message
-			}
-			a := answerChoice{index: int64(ch.Index)}
-			if d != nil {
-				a.tools = isSet(d.ToolCalls) || isSet(d.FunctionCall)
-				if d.Content != nil {
-					a.content, a.hasContent = *d.Content, true
-				}
-			}
-			if ch.Text != nil {
-				a.text, a.hasText = *ch.Text, true
-			}
-			choices = append(choices, a)
 		}
 	}
 	for _, ch := range choices {
@@ -124,6 +105,33 @@ func (c *answerCapture) feed(doc []byte) {
 	}
 	clear(choices) // the texts may point into doc
 	c.choices = choices[:0]
+}
+
+// decodeAnswer reads doc's choices into choices through encoding/json (ok
+// false when doc does not decode): what scanAnswer must agree with.
+func decodeAnswer(doc []byte, choices []answerChoice) ([]answerChoice, bool) {
+	var p answerPart
+	if json.Unmarshal(doc, &p) != nil {
+		return choices, false
+	}
+	for _, ch := range p.Choices {
+		d := ch.Delta
+		if d == nil {
+			d = ch.Message
+		}
+		a := answerChoice{index: int64(ch.Index)}
+		if d != nil {
+			a.tools = isSet(d.ToolCalls) || isSet(d.FunctionCall)
+			if d.Content != nil {
+				a.content, a.hasContent = *d.Content, true
+			}
+		}
+		if ch.Text != nil {
+			a.text, a.hasText = *ch.Text, true
+		}
+		choices = append(choices, a)
+	}
+	return choices, true
 }
 
 // scanAnswer reads doc's choices into choices in one pass, exactly as

@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"encoding/json"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -29,34 +28,6 @@ var answerDocs = []string{
 	` { "choices" : [ { "index" : 0 , "delta" : { "content" : "x" } } ] } `,
 }
 
-// feedChoices is what feed reads of doc through encoding/json alone: the
-// choices, or ok false when doc does not decode.
-func feedChoices(doc []byte) ([]answerChoice, bool) {
-	var p answerPart
-	if json.Unmarshal(doc, &p) != nil {
-		return nil, false
-	}
-	var out []answerChoice
-	for _, ch := range p.Choices {
-		d := ch.Delta
-		if d == nil {
-			d = ch.Message
-		}
-		a := answerChoice{index: int64(ch.Index)}
-		if d != nil {
-			a.tools = isSet(d.ToolCalls) || isSet(d.FunctionCall)
-			if d.Content != nil {
-				a.content, a.hasContent = *d.Content, true
-			}
-		}
-		if ch.Text != nil {
-			a.text, a.hasText = *ch.Text, true
-		}
-		out = append(out, a)
-	}
-	return out, true
-}
-
 // checkScanAnswer fails when scanAnswer accepts doc and reads it otherwise
 // than encoding/json.
 func checkScanAnswer(t *testing.T, doc []byte) bool {
@@ -65,7 +36,7 @@ func checkScanAnswer(t *testing.T, doc []byte) bool {
 	if !ok {
 		return false
 	}
-	want, wok := feedChoices(doc)
+	want, wok := decodeAnswer(doc, nil)
 	if !wok {
 		t.Fatalf("scanAnswer accepted %q, which encoding/json rejects", doc)
 	}
@@ -148,7 +119,7 @@ func BenchmarkScanAnswer(b *testing.B) {
 		b.SetBytes(int64(len(doc)))
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, ok := feedChoices(doc); !ok {
+			if _, ok := decodeAnswer(doc, nil); !ok {
 				b.Fatal("rejected")
 			}
 		}
