@@ -33,6 +33,7 @@ package sim
 
 import (
 	"fmt"
+	"github.com/llmroute/caddy-llmroute/lab/experiments/eventq"
 	"math/rand/v2"
 	"sort"
 	"time"
@@ -148,7 +149,7 @@ type Sim struct {
 	cfg  Config
 	w    *workload.Workload
 	now  time.Duration
-	evq  eventQueue
+	evq  eventq.Queue[event]
 	rng  *rand.Rand
 	reps []*replica
 	rts  []*router
@@ -221,14 +222,14 @@ func newSim(cfg Config, w *workload.Workload) (*Sim, error) {
 		s.rts = append(s.rts, rt)
 		if cfg.EngineMetrics {
 			// Routers scrape on their own phases.
-			s.evq.push(time.Duration(r)*cfg.SampleInterval/time.Duration(cfg.Routers), evSample, r, 0)
+			s.evq.Push(time.Duration(r)*cfg.SampleInterval/time.Duration(cfg.Routers), event{kind: evSample, a: r})
 		}
 	}
 	for _, rs := range cfg.Restarts {
 		if rs.Replica < 0 || rs.Replica >= cfg.Replicas {
 			return nil, fmt.Errorf("sim: restart of replica %d out of range", rs.Replica)
 		}
-		s.evq.push(rs.At, evRestart, rs.Replica, 0)
+		s.evq.Push(rs.At, event{kind: evRestart, a: rs.Replica})
 	}
 	s.res = newResult(cfg, w)
 	s.scheduleNextSession()
@@ -242,15 +243,15 @@ func (s *Sim) outstanding() bool {
 
 func (s *Sim) scheduleNextSession() {
 	if s.nextSess < len(s.w.Sessions) {
-		s.evq.push(s.w.Sessions[s.nextSess].Arrival, evArrival, s.nextSess, 0)
+		s.evq.Push(s.w.Sessions[s.nextSess].Arrival, event{kind: evArrival, a: s.nextSess})
 		s.nextSess++
 	}
 }
 
 func (s *Sim) loop() error {
-	for s.evq.len() > 0 {
-		ev := s.evq.pop()
-		s.now = ev.t
+	for s.evq.Len() > 0 {
+		var ev event
+		s.now, ev = s.evq.Pop()
 		switch ev.kind {
 		case evArrival:
 			s.scheduleNextSession()
@@ -269,7 +270,7 @@ func (s *Sim) loop() error {
 		case evSample:
 			if s.outstanding() {
 				s.sample(ev.a)
-				s.evq.push(s.now+s.cfg.SampleInterval, evSample, ev.a, 0)
+				s.evq.Push(s.now+s.cfg.SampleInterval, event{kind: evSample, a: ev.a})
 			}
 		case evRestart:
 			rp := s.reps[ev.a]
@@ -373,7 +374,7 @@ func (s *Sim) step(i int) {
 	}
 	rp.stepping = true
 	rp.pending = evs
-	s.evq.push(s.now+dt, evStepEnd, i, 0)
+	s.evq.Push(s.now+dt, event{kind: evStepEnd, a: i})
 }
 
 func (s *Sim) stepEnd(i int) error {
@@ -454,7 +455,7 @@ func (s *Sim) complete(f *flight, ok bool, u simengine.Usage) {
 		if ok {
 			s.w.SetAnswer(f.req.Session, f.req.Turn, f.answer)
 			s.res.thinking++
-			s.evq.push(s.now+ss.Turns[next].Think, evTurn, f.req.Session, next)
+			s.evq.Push(s.now+ss.Turns[next].Think, event{kind: evTurn, a: f.req.Session, b: next})
 		} else {
 			s.res.Abandoned += len(ss.Turns) - next
 		}

@@ -27,6 +27,7 @@ package tenancy
 
 import (
 	"fmt"
+	"github.com/llmroute/caddy-llmroute/lab/experiments/eventq"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -133,9 +134,8 @@ const (
 	evTimeout
 )
 
+// event is one scheduled happening; its time is the queue's (eventq).
 type event struct {
-	t    time.Duration
-	seq  uint64
 	kind uint8
 	a    int
 	r    *request
@@ -146,8 +146,7 @@ type run struct {
 	cfg     Config
 	rng     *rand.Rand
 	now     time.Duration
-	events  []event
-	seq     uint64
+	events  eventq.Queue[event]
 	q       *admission.Queue[*request]
 	queued  int
 	reps    []*replica
@@ -188,19 +187,19 @@ func Run(cfg Config) (*Result, error) {
 			rn.q.Configure(t.Name, admission.Flow{Weight: t.Weight})
 		}
 		if t.Rate > 0 {
-			rn.push(rn.interarrival(t.Rate), evArrival, i, nil)
+			rn.events.Push(rn.interarrival(t.Rate), event{kind: evArrival, a: i})
 		}
 	}
 	// Bounded: every event is an arrival before Duration, a step of an
 	// engine holding requests, or a timeout of a waiting request.
-	for len(rn.events) > 0 {
-		ev := rn.pop()
-		rn.now = ev.t
+	for rn.events.Len() > 0 {
+		var ev event
+		rn.now, ev = rn.events.Pop()
 		switch ev.kind {
 		case evArrival:
 			rn.arrive(ev.a)
 			if next := rn.now + rn.interarrival(cfg.Tenants[ev.a].Rate); next < cfg.Duration {
-				rn.push(next, evArrival, ev.a, nil)
+				rn.events.Push(next, event{kind: evArrival, a: ev.a})
 			}
 		case evStepEnd:
 			rn.stepEnd(ev.a)
@@ -298,7 +297,7 @@ func (rn *run) arrive(i int) {
 	}
 	r.counted = true
 	rn.queued++
-	rn.push(rn.now+rn.cfg.QueueTimeout, evTimeout, 0, r)
+	rn.events.Push(rn.now+rn.cfg.QueueTimeout, event{kind: evTimeout, r: r})
 }
 
 // room returns the least-loaded replica with a free slot for a request
@@ -380,7 +379,7 @@ func (rn *run) kick(i int) {
 	rp.stepping = true
 	dt, evs := rp.eng.Step()
 	rp.pending = evs
-	rn.push(rn.now+dt, evStepEnd, i, nil)
+	rn.events.Push(rn.now+dt, event{kind: evStepEnd, a: i})
 }
 
 // stepEnd delivers replica i's step: first tokens, completions (which
@@ -443,46 +442,4 @@ func (rn *run) refuse(r *request, why string) {
 		tr.TimedOut++
 	}
 	delete(rn.reqs, r.id)
-}
-
-// The event heap, ordered by (time, seq).
-
-func (rn *run) push(t time.Duration, kind uint8, a int, r *request) {
-	rn.seq++
-	rn.events = append(rn.events, event{t: t, seq: rn.seq, kind: kind, a: a, r: r})
-	for i := len(rn.events) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !rn.less(i, p) {
-			break
-		}
-		rn.events[i], rn.events[p] = rn.events[p], rn.events[i]
-		i = p
-	}
-}
-
-func (rn *run) less(i, j int) bool {
-	a, b := &rn.events[i], &rn.events[j]
-	return a.t < b.t || a.t == b.t && a.seq < b.seq
-}
-
-func (rn *run) pop() event {
-	top := rn.events[0]
-	n := len(rn.events) - 1
-	rn.events[0] = rn.events[n]
-	rn.events = rn.events[:n]
-	for i := 0; ; {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < n && rn.less(l, m) {
-			m = l
-		}
-		if r < n && rn.less(r, m) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		rn.events[i], rn.events[m] = rn.events[m], rn.events[i]
-		i = m
-	}
-	return top
 }
