@@ -27,6 +27,7 @@ import (
 //		cold_choices    1|2|3
 //		peers           auto|none|some
 //		cold_slack      <fraction>
+//		detour_slack    <fraction>
 //		index_answers   [on|off]
 //		homes_directory redis://host:port[/db] {
 //			key_prefix <prefix>
@@ -82,6 +83,8 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = floatArg(d, opt, &p.ColdBalanceFactor)
 		case "cold_slack":
 			err = floatArg(d, opt, &p.ColdSlack)
+		case "detour_slack":
+			err = floatArg(d, opt, &p.DetourSlack)
 		case "cooldown":
 			err = p.parseCooldown(d)
 		case "dial_timeout_fails":

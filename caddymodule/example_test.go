@@ -24,6 +24,7 @@ func TestCaddyfileExampleIsValid(t *testing.T) {
 	require.NoError(t, caddy.Validate(&cfg))
 	// The policy options the example shows reach the module.
 	require.Contains(t, string(cfgJSON), `"cold_slack":0.5`)
+	require.Contains(t, string(cfgJSON), `"detour_slack":1.5`)
 	require.Contains(t, string(cfgJSON), `"dial_timeout_fails":3`)
 	require.Contains(t, string(cfgJSON), `"status_fails":3`)
 	require.Contains(t, string(cfgJSON), `"allow_paths":["/health"]`)

@@ -18,22 +18,26 @@ func TestPrefixLoadOptions(t *testing.T) {
 	require.NoError(t, p.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm {
 		peers some
 		cold_slack 1.5
+		detour_slack 0.75
 		index_answers off
 	}`)))
 	assert.Equal(t, "some", p.Peers)
 	assert.Equal(t, 1.5, p.ColdSlack)
+	assert.Equal(t, 0.75, p.DetourSlack)
 	require.NotNil(t, p.IndexAnswers)
 	assert.False(t, *p.IndexAnswers)
 	require.NoError(t, p.setup())
 	require.NoError(t, p.Validate())
 	assert.Equal(t, policies.PeersSome, p.opts.Peers)
 	assert.Equal(t, 1.5, p.opts.ColdSlack)
+	assert.Equal(t, 0.75, p.opts.DetourSlack)
 	assert.False(t, p.rules.indexAnswers)
 
 	var d LLMSelection
 	require.NoError(t, d.setup())
 	assert.Equal(t, policies.PeersAuto, d.opts.Peers, "default: inferred")
 	assert.Equal(t, policies.DefaultColdSlack, d.opts.ColdSlack)
+	assert.Equal(t, policies.DefaultDetourSlack, d.opts.DetourSlack)
 	assert.Zero(t, d.opts.ColdChoices, "default: the adaptive cold rule")
 	assert.True(t, d.rules.indexAnswers, "default: answers are indexed")
 
@@ -48,6 +52,7 @@ func TestPrefixLoadOptions(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
 		{"llm {\n peers\n}", "wrong argument count"},
 		{"llm {\n cold_slack lots\n}", "cold_slack"},
+		{"llm {\n detour_slack\n}", "detour_slack"},
 		{"llm {\n index_answers maybe\n}", "index_answers"},
 	} {
 		var p LLMSelection

@@ -142,6 +142,17 @@ type LLMSelection struct {
 	// only when it has no more pending than the least.
 	ColdSlack float64 `json:"cold_slack,omitempty"`
 
+	// DetourSlack is how much more prefill, as a fraction of the request's
+	// prompt, a request may wait behind at the replica its prefix belongs
+	// to (its history, its leading run, its home) than at the cheapest
+	// replica within the load bound, counting at each the prompt this
+	// router has pending there plus the request's own part not believed
+	// resident there, before prefix_load sends it to the cheapest instead
+	// (a detour: the prefix keeps its home). Larger keeps more cache hits
+	// and queues more behind a busy home. Default 1.5; -1: a detour as soon
+	// as another replica is cheaper.
+	DetourSlack float64 `json:"detour_slack,omitempty"`
+
 	// HomesDirectory, when set, shares where each new prefix was first
 	// placed with the other router instances through Valkey or Redis
 	// (directory.go): new prefixes are then placed by load and every
@@ -299,6 +310,7 @@ func (p *LLMSelection) setup() error {
 		ColdBalanceFactor: p.ColdBalanceFactor,
 		Peers:             peerModes[p.Peers],
 		ColdSlack:         p.ColdSlack,
+		DetourSlack:       p.DetourSlack,
 	}
 	if p.HomesDirectory != nil {
 		d, err := homesDirectory(*p.HomesDirectory, p.logger)

@@ -234,6 +234,13 @@ func TestPrefixLoadNewPrefixWithPeers(t *testing.T) {
 	}
 	assert.Equal(t, orank[2], s.Pick(other, rs), "home past the slack: the least pending")
 	assert.Equal(t, orank[0], s.Pick(other, rs), "it came back: the rendezvous home, not the first placement")
+	// Home queues 3001 + 2000 (its own prompt) against the cheapest's
+	// 0 + 2000: past DetourSlack (1.5 x 2000) by one byte.
+	rs[orank[0]].PendingPrefill = 3001
+	assert.Equal(t, orank[2], s.Pick(other, rs), "it came back to a home queued past the detour slack: a detour")
+	rs[orank[0]].PendingPrefill = 3000
+	assert.Equal(t, orank[0], s.Pick(other, rs), "within the detour slack: home")
+	rs[orank[0]].PendingPrefill = 1001
 	rs[orank[2]].Index.Insert(other.Blocks[:1])
 	assert.Equal(t, orank[0], s.Pick(other, rs), "a leading-run match where it was placed by load: the rendezvous home")
 	third := Keys{Leading: 31337, Blocks: []uint64{51, 52}, LeadingBlocks: 1, Bytes: 2000}
@@ -242,6 +249,31 @@ func TestPrefixLoadNewPrefixWithPeers(t *testing.T) {
 	assert.Equal(t, trank[3], s.Pick(third, rs), "a leading-run match this router did not place by load stays")
 	rs[orank[2]].Index.Insert(other.Blocks)
 	assert.Equal(t, orank[2], s.Pick(other, rs), "a match beyond the leading run: the index")
+}
+
+// TestPrefixLoadNewPrefixQueuedHome: with peers, a new prefix whose
+// rendezvous home reports an engine queue is placed by load, even when
+// this router's own pending prefill there is within the slack (each
+// router's pending prefill is its own share; the engine's queue is what
+// they all see).
+func TestPrefixLoadNewPrefixQueuedHome(t *testing.T) {
+	s := mustStrategy(t, "prefix_load", Options{Peers: PeersSome})
+	rs := replicas(4)
+	keys := Keys{Leading: 4242, Blocks: []uint64{21, 22}, LeadingBlocks: 1, Bytes: 2000}
+	rank := ranked(keys.Leading, rs)
+	for i := range rs {
+		rs[i].EngineWaiting = 0
+	}
+	assert.Equal(t, rank[0], s.Pick(keys, rs), "home, no queue anywhere")
+	next := Keys{Leading: 5353, Blocks: []uint64{31, 32}, LeadingBlocks: 1, Bytes: 2000}
+	nrank := ranked(next.Leading, rs)
+	for i := range rs {
+		rs[i].EngineWaiting = 0
+	}
+	rs[nrank[0]].EngineWaiting = 1
+	got := s.Pick(next, rs)
+	assert.NotEqual(t, nrank[0], got, "the home's engine queues: by load")
+	assert.GreaterOrEqual(t, got, 0)
 }
 
 // TestPrefixLoadSharedDirectory runs two router instances with peers and
@@ -256,11 +288,13 @@ func TestPrefixLoadSharedDirectory(t *testing.T) {
 	ra, rb := replicas(8), replicas(8)
 	for i := range ra {
 		ra[i].PendingPrefill = (i * 37 % 8) * 1000
-		rb[i].PendingPrefill = ((7 - i) * 53 % 8) * 1000
+		// b's queues differ by less than the slack (half of 2000 bytes),
+		// so b follows the directory rather than taking a detour.
+		rb[i].PendingPrefill = ((7 - i) * 53 % 8) * 100
 	}
 	followed, ownChoiceDiffers := 0, 0
 	for k := uint64(1); k <= 200; k++ {
-		keys := Keys{Leading: mix64(k), Blocks: []uint64{mix64(k + 1e6)}, LeadingBlocks: 1}
+		keys := Keys{Leading: mix64(k), Blocks: []uint64{mix64(k + 1e6)}, LeadingBlocks: 1, Bytes: 2000}
 		pa := a.Pick(keys, ra)
 		alone := mustStrategy(t, "prefix_load", Options{Peers: PeersNone}).Pick(keys, rb)
 		pb := b.Pick(keys, rb)

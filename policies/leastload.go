@@ -15,21 +15,19 @@ func (*leastLoad) Name() string { return "least_load" }
 
 // Pick returns the index of a least-loaded Free replica, or -1.
 func (s *leastLoad) Pick(_ Keys, replicas []Replica) int {
-	return s.pick(replicas, false)
+	return s.pick(replicas)
 }
 
 // rand returns the next tie-breaking value: deterministic given the seed
 // and the number of calls, lock-free.
 func (s *leastLoad) rand() uint64 { return mix64(s.seed ^ mix64(s.n.Add(1))) }
 
-// pick returns a least-loaded Free replica. With avoidSaturated it ignores
-// replicas whose engine reports a nearly full KV cache, unless all Free
-// replicas do.
-func (s *leastLoad) pick(replicas []Replica, avoidSaturated bool) int {
+// pick returns a least-loaded Free replica.
+func (s *leastLoad) pick(replicas []Replica) int {
 	min, ties := 0, 0
 	for i := range replicas {
 		r := &replicas[i]
-		if !r.Free() || (avoidSaturated && saturated(r)) {
+		if !r.Free() {
 			continue
 		}
 		switch l := r.Load(); {
@@ -40,15 +38,12 @@ func (s *leastLoad) pick(replicas []Replica, avoidSaturated bool) int {
 		}
 	}
 	if ties == 0 {
-		if avoidSaturated {
-			return s.pick(replicas, false)
-		}
 		return -1
 	}
 	k := int(s.rand() % uint64(ties))
 	for i := range replicas {
 		r := &replicas[i]
-		if !r.Free() || (avoidSaturated && saturated(r)) || r.Load() != min {
+		if !r.Free() || r.Load() != min {
 			continue
 		}
 		if k == 0 {
@@ -58,11 +53,3 @@ func (s *leastLoad) pick(replicas []Replica, avoidSaturated bool) int {
 	}
 	return -1 // unreachable
 }
-
-// kvSaturated is the engine KV usage from which a replica no longer takes
-// prefix traffic beyond its fair share: it would evict (or preempt) to make
-// room, so a cache hit there is likely to be lost anyway.
-const kvSaturated = 0.95
-
-// saturated reports whether the engine says its KV cache is nearly full.
-func saturated(r *Replica) bool { return r.KVUsage >= kvSaturated }

@@ -16,7 +16,7 @@ func (*prefixAffinity) Name() string { return "prefix_affinity" }
 // Pick returns the highest-ranked Free replica for keys.Leading, or -1.
 func (s *prefixAffinity) Pick(keys Keys, replicas []Replica) int {
 	if keys.Leading == 0 {
-		return s.least.pick(replicas, false)
+		return s.least.pick(replicas)
 	}
 	best, bestScore := -1, uint64(0)
 	for i := range replicas {

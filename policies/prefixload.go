@@ -13,9 +13,7 @@ import (
 //     load+1 <= ceil(c*(total+1)/n) + slack, where load is Replica.Load,
 //     total and n are the load and count of Free replicas, c is
 //     Options.BalanceFactor and slack is Options.LoadSlack. The
-//     least-loaded Free replica is always a candidate. A replica whose
-//     engine reports KV usage >= 0.95 is not a candidate while any other
-//     Free replica is not that full.
+//     least-loaded Free replica is always a candidate.
 //  2. Among candidates, the longest Index.Match of keys.Blocks wins when it
 //     is at least Options.MinMatchBlocks; equal matches go to the higher
 //     Rendezvous rank of the prefix's home key (HomeKey). A match that
@@ -39,9 +37,17 @@ import (
 //     prefix's own prompt, to the one this router chose least recently,
 //     and that replica becomes its home. With peers (other routers) and no
 //     shared Directory, it goes to its rendezvous home within the cold
-//     bound instead while that one is within the same slack, and its home
-//     stays the rendezvous one.
-//  6. A request without keys goes to the least-loaded Free replica, ties
+//     bound instead while that one is within the same slack and its
+//     engine reports no waiting queue, and its home stays the rendezvous
+//     one.
+//  6. Detours: a request that steps 2-4 send to a replica (its history,
+//     its leading run, its home) goes instead to the cheapest candidate
+//     when the prefill it would wait behind there, queued (this router's
+//     PendingPrefill) plus its own part not believed resident there,
+//     exceeds the cheapest's by more than Options.DetourSlack times its
+//     prompt. The prefix keeps its home; the detour leaves a copy that
+//     later requests may match.
+//  7. A request without keys goes to the least-loaded Free replica, ties
 //     broken pseudo-randomly.
 //
 // Homes (homes.go): with Options.Directory they come from the shared
@@ -64,11 +70,14 @@ import (
 //     a running-count gap of 8, the bound here acts per replica: only the
 //     overloaded replica sheds, and the rest keep their affinity.
 //   - Load is the router's own in-flight count plus its requests awaiting a
-//     first byte plus the engine's waiting queue when known (Replica.Load);
-//     KV usage enters as the saturation cut rather than a weight, because
-//     llm-d's own "saturated at KV >= 0.8" and Dynamo's cost (uncached
-//     prefill blocks + active decode blocks) agree that a full cache loses
-//     the hit anyway.
+//     first byte plus the engine's waiting queue when known (Replica.Load).
+//     The engines' KV usage does not enter: it is sampled up to a scrape
+//     interval ago, and a cut at >= 0.95 (llm-d calls >= 0.8 saturated),
+//     which earlier releases applied, sent everything for up to a second
+//     to the replicas that had reported less, while the others drained:
+//     on four replicas of 1,024 blocks, TTFT p99 up to 1.4 s against
+//     round robin's 164 ms on unshared traffic, and at 1,024 blocks in
+//     the KV sweep skewed TTFT p50 23 s against 0.17 s without the cut.
 //   - A new prefix's time to first token is set by the prefill queued ahead
 //     of it, not by the requests decoding there: Dynamo's uncached-prefill
 //     term. PendingPrefill is that queue as this router knows it (its
@@ -81,6 +90,17 @@ import (
 //     shares nothing is placed as well as round robin places it, where
 //     hashing it to a home (the rule of earlier releases) gave it 2.5-4.3x
 //     round robin's p99 (lab/experiments/results/variants.md).
+//   - Affinity alone queues a prefix's requests behind whatever prefill
+//     its replica has pending, which is where the tail of mixed traffic
+//     came from (a shared prompt's request waiting behind two unique
+//     documents). Dynamo weighs each replica by its uncached prefill; the
+//     detour does so only past a slack, so that the hit is given up only
+//     for a wait longer than the prefill it saves (DefaultDetourSlack).
+//     With peers the engines' waiting queues are the one load signal
+//     every router shares: a rendezvous home that reports one is not
+//     where a new prefix waits (with eight routers each router's own
+//     pending prefill is an eighth of the real queue, so without it new
+//     prefixes were hashed home regardless).
 //   - A one-off document and a reusable system prompt look alike at first
 //     sight; the placement by load is cheap to undo, because the home it
 //     records is where the prefix's later requests go, and is balanced by
@@ -120,8 +140,8 @@ type prefixLoad struct {
 	sent dispatchOrder
 }
 
-// MatchFunc answers how much of keys is resident on replicas[i] (0 =
-// nothing, in any unit where larger is longer). prefix_load asks
+// MatchFunc answers how many of keys' blocks are resident on replicas[i]
+// (0 = nothing; blocks of Keys.BlockBytes). prefix_load asks
 // Replica.Index by default; the simulator's oracle answers from the
 // engine's true cache instead, to measure what a perfect hint would give
 // the same decision rule.
@@ -137,7 +157,7 @@ func newPrefixLoad(o Options, match MatchFunc) *prefixLoad {
 }
 
 // NewPrefixLoadWithMatch returns prefix_load with its residency answer
-// replaced by match (MinMatchBlocks then applies in match's unit).
+// replaced by match.
 func NewPrefixLoadWithMatch(opts Options, match MatchFunc) (Strategy, error) {
 	o, err := opts.WithDefaults()
 	if err != nil {
@@ -186,37 +206,25 @@ func (s *prefixLoad) pick(keys Keys, replicas []Replica) int {
 	if s.opts.Peers == PeersAuto {
 		s.sense.observe(replicas)
 	}
-	// Pass 1: totals over Free replicas, and the least load among those
-	// that are not KV-saturated (among all Free ones if every one is).
-	n, total := 0, 0
-	minAll, minUnsat, unsat := 0, 0, 0
+	// Pass 1: totals over Free replicas and the least load among them.
+	n, total, minLoad := 0, 0, 0
 	for i := range replicas {
 		r := &replicas[i]
 		if !r.Free() {
 			continue
 		}
 		l := r.Load()
-		if n == 0 || l < minAll {
-			minAll = l
+		if n == 0 || l < minLoad {
+			minLoad = l
 		}
 		n++
 		total += l
-		if !saturated(r) {
-			if unsat == 0 || l < minUnsat {
-				minUnsat = l
-			}
-			unsat++
-		}
 	}
 	if n == 0 {
 		return -1
 	}
 	if keys.Leading == 0 && len(keys.Blocks) == 0 {
-		return s.least.pick(replicas, true)
-	}
-	allSat, minLoad := unsat == 0, minUnsat
-	if allSat {
-		minLoad = minAll
+		return s.least.pick(replicas)
 	}
 	bound := int(math.Ceil(s.opts.BalanceFactor*float64(total+1)/float64(n))) + s.opts.LoadSlack
 	coldBound := int(math.Ceil(s.opts.ColdBalanceFactor*float64(total+1)/float64(n))) + s.opts.LoadSlack
@@ -227,31 +235,29 @@ func (s *prefixLoad) pick(keys Keys, replicas []Replica) int {
 	}
 
 	// Pass 2: among candidates (within bound), the longest match (ties by
-	// rank), the highest and second-highest ranks, and the coolest; among
-	// replicas within coldBound, the highest rank.
+	// rank), the highest and second-highest ranks, the coolest and the
+	// cheapest; among replicas within coldBound, the highest rank.
 	best, bestMatch, bestScore := -1, 0, uint64(0)
-	home, homeScore, second, secondScore := -1, uint64(0), -1, uint64(0)
+	home, homeScore, homeMatch, second, secondScore := -1, uint64(0), 0, -1, uint64(0)
 	// coldHome is the highest-ranked replica within the cold bound; spill
 	// is set when the prefix is resident only on replicas over the bound.
-	coldHome, coldScore, spill := -1, uint64(0), false
+	coldHome, coldScore, coldMatch, spill := -1, uint64(0), 0, false
 	// coolest is the candidate with the least pending prefill, then the
-	// least load, then the higher rank (legacy: the least load).
+	// least load, then the higher rank (legacy: the least load); cheap is
+	// the one where this request would wait behind the least prefill,
+	// its own uncached part included (queued), ties as for coolest.
 	coolest, coolestScore := -1, uint64(0)
+	cheap, cheapCost, cheapScore := -1, 0, uint64(0)
 	for i := range replicas {
 		r := &replicas[i]
-		if !s.eligible(r, allSat) {
+		if !r.Free() {
 			continue
 		}
 		l := r.Load()
 		sc := r.rank(hk)
-		var m int
-		if s.match != nil {
-			m = s.match(keys, i, r)
-		} else {
-			m = r.Index.Match(keys.Blocks)
-		}
+		m := s.matchOf(keys, i, r)
 		if (l+1 <= coldBound || l == minLoad) && (coldHome < 0 || sc > coldScore) {
-			coldHome, coldScore = i, sc
+			coldHome, coldScore, coldMatch = i, sc, m
 		}
 		if l+1 > bound && l != minLoad {
 			// A replica that holds the prefix but is over the bound makes
@@ -262,10 +268,13 @@ func (s *prefixLoad) pick(keys Keys, replicas []Replica) int {
 		if coolest < 0 || s.cooler(r, sc, &replicas[coolest], coolestScore, legacy) {
 			coolest, coolestScore = i, sc
 		}
+		if q := queued(keys, r, m); cheap < 0 || q < cheapCost || (q == cheapCost && s.cooler(r, sc, &replicas[cheap], cheapScore, false)) {
+			cheap, cheapCost, cheapScore = i, q, sc
+		}
 		switch {
 		case home < 0 || sc > homeScore:
 			second, secondScore = home, homeScore
-			home, homeScore = i, sc
+			home, homeScore, homeMatch = i, sc, m
 		case second < 0 || sc > secondScore:
 			second, secondScore = i, sc
 		}
@@ -288,11 +297,24 @@ func (s *prefixLoad) pick(keys Keys, replicas []Replica) int {
 		return coldHome
 	}
 
+	// A prefix that has a place (its history, a replica holding its
+	// leading run, its home) goes there unless the prefill it would wait
+	// behind there, its own uncached part included, exceeds the cheapest
+	// candidate's by more than DetourSlack times its prompt: then it
+	// takes a detour there.
+	slack := int(s.opts.ColdSlack * float64(keys.Bytes))
+	dslack := int(s.opts.DetourSlack * float64(keys.Bytes))
+	detour := func(c, m int) int {
+		if c != cheap && queued(keys, &replicas[c], m) > cheapCost+dslack {
+			return cheap
+		}
+		return c
+	}
 	if warm && bestMatch > keys.LeadingBlocks {
-		return best // the request's own history: follow it
+		return detour(best, bestMatch) // the request's own history: follow it
 	}
 	if spill && !warm {
-		return home
+		return detour(home, homeMatch)
 	}
 	// What is left matches at most the shared leading run, or nothing:
 	// it goes to the prefix's home.
@@ -302,36 +324,45 @@ func (s *prefixLoad) pick(keys Keys, replicas []Replica) int {
 	if addr, ok := s.homes.Home(hk); ok {
 		known = addr
 		if trusted {
-			at = s.find(replicas, addr, allSat)
+			at = s.find(replicas, addr)
 		}
+	}
+	atMatch := func() int {
+		if at == best {
+			return bestMatch
+		}
+		return s.matchOf(keys, at, &replicas[at])
 	}
 	if warm {
 		switch {
 		case at >= 0 && s.within(&replicas[at], bound, minLoad):
-			return at
+			return detour(at, atMatch())
 		case !trusted && best != home:
 			// Only the leading run matches, away from the rendezvous home:
 			// if that is where this router put the prefix by load, its
 			// second request settles it home, with the other routers.
 			if addr, ok := s.provisional.Home(hk); ok && addr == replicas[best].Addr {
-				return home
+				return detour(home, homeMatch)
 			}
 		}
-		return best
+		return detour(best, bestMatch)
 	}
 	if known != "" {
 		// It came back: to its home, or (a home this router may not
 		// follow, or one gone or past the cold bound) the rendezvous one.
 		if at >= 0 && s.within(&replicas[at], coldBound, minLoad) {
-			return at
+			return detour(at, atMatch())
 		}
-		return coldHome
+		return detour(coldHome, coldMatch)
 	}
 	// A new prefix: by load, or with peers and no directory home within
-	// the slack.
-	slack := int(s.opts.ColdSlack * float64(keys.Bytes))
-	nearHome := replicas[coldHome].PendingPrefill <= replicas[coolest].PendingPrefill+slack
-	choice := s.settled(replicas, hk, coolest, slack, bound, minLoad, allSat)
+	// the slack (the same rule as detour's, with nothing cached).
+	// Home is near while this router's pending prefill there is within
+	// the slack and its engine reports no queue: the queue is what every
+	// router sees alike (each one's pending prefill is its own share).
+	nearHome := replicas[coldHome].PendingPrefill <= replicas[coolest].PendingPrefill+slack &&
+		replicas[coldHome].EngineWaiting <= 0
+	choice := s.settled(replicas, hk, coolest, slack, bound, minLoad)
 	if peers && !s.shared && nearHome {
 		choice = coldHome
 	}
@@ -347,17 +378,27 @@ func (s *prefixLoad) pick(keys Keys, replicas []Replica) int {
 		}
 	case won != replicas[choice].Addr:
 		// Another router placed it first.
-		if j := s.find(replicas, won, allSat); j >= 0 && s.within(&replicas[j], coldBound, minLoad) {
+		if j := s.find(replicas, won); j >= 0 && s.within(&replicas[j], coldBound, minLoad) {
 			return j
 		}
 	}
 	return choice
 }
 
-// eligible reports whether r may be chosen at all: Free, and not
-// KV-saturated unless every Free replica is.
-func (s *prefixLoad) eligible(r *Replica, allSat bool) bool {
-	return r.Free() && (allSat || !saturated(r))
+// matchOf is how many of keys' blocks are believed resident on
+// replicas[i]: the MatchFunc's answer, or the replica's Index.
+func (s *prefixLoad) matchOf(keys Keys, i int, r *Replica) int {
+	if s.match != nil {
+		return s.match(keys, i, r)
+	}
+	return r.Index.Match(keys.Blocks)
+}
+
+// queued is the prefill a request waits behind on r, believed uncached
+// prompt bytes: what this router has pending there plus the request's own
+// part beyond the m blocks resident there (Dynamo's uncached-prefill term).
+func queued(keys Keys, r *Replica, m int) int {
+	return r.PendingPrefill + UncachedBytes(keys, m)
 }
 
 // within reports whether r is within a bound (or the least loaded).
@@ -366,11 +407,11 @@ func (s *prefixLoad) within(r *Replica, bound, minLoad int) bool {
 	return l+1 <= bound || l == minLoad
 }
 
-// find returns the index of the eligible replica at addr, or -1.
-func (s *prefixLoad) find(replicas []Replica, addr string, allSat bool) int {
+// find returns the index of the Free replica at addr, or -1.
+func (s *prefixLoad) find(replicas []Replica, addr string) int {
 	for i := range replicas {
 		if replicas[i].Addr == addr {
-			if s.eligible(&replicas[i], allSat) {
+			if replicas[i].Free() {
 				return i
 			}
 			return -1
@@ -397,12 +438,12 @@ func (s *prefixLoad) cooler(r *Replica, sc uint64, c *Replica, csc uint64, legac
 // least recently: its pending prompts have had the longest to be
 // prefilled, which the bytes alone do not say.
 // Ties go to the cooler one (see cooler).
-func (s *prefixLoad) settled(replicas []Replica, hk uint64, coolest, slack, bound, minLoad int, allSat bool) int {
+func (s *prefixLoad) settled(replicas []Replica, hk uint64, coolest, slack, bound, minLoad int) int {
 	limit := replicas[coolest].PendingPrefill + slack
 	best, bestAt, bestScore := coolest, s.sent.last(replicas[coolest].Addr), Rendezvous(hk, replicas[coolest].Addr)
 	for i := range replicas {
 		r := &replicas[i]
-		if i == coolest || !s.eligible(r, allSat) || !s.within(r, bound, minLoad) || r.PendingPrefill > limit {
+		if i == coolest || !r.Free() || !s.within(r, bound, minLoad) || r.PendingPrefill > limit {
 			continue
 		}
 		at, sc := s.sent.last(r.Addr), Rendezvous(hk, r.Addr)

@@ -74,11 +74,15 @@ func TestPrefixLoad(t *testing.T) {
 			rs[rank[2]].Unavailable = true
 			rs[rank[3]].Index.Insert(keys.Blocks[:2])
 		}, want: []int{rank[3]}},
-		{name: "KV-saturated match is skipped", setup: func(rs []Replica) {
+		// KV usage is sampled up to a scrape interval ago and no longer
+		// cuts a replica out (releases before this one skipped a replica
+		// reporting >= 0.95 while any other did not, which on the e2e
+		// scenario piled a second's traffic onto the one that did not).
+		{name: "a full KV cache reported does not move a match", setup: func(rs []Replica) {
 			rs[rank[2]].Index.Insert(keys.Blocks)
 			rs[rank[2]].KVUsage = 0.97
-		}, want: []int{rank[0]}},
-		{name: "all KV-saturated still routes by match", setup: func(rs []Replica) {
+		}, want: []int{rank[2]}},
+		{name: "every KV cache full still routes by match", setup: func(rs []Replica) {
 			for i := range rs {
 				rs[i].KVUsage = 0.99
 			}
@@ -135,13 +139,13 @@ func TestPrefixLoad(t *testing.T) {
 			rs[rank[3]].InFlight, rs[rank[5]].InFlight = 1, 1
 			rs[rank[5]].Index.Insert(keys.Blocks)
 		}, want: []int{rank[3], rank[5]}},
-		{name: "no keys avoids KV-saturated", keys: &Keys{}, setup: func(rs []Replica) {
+		{name: "no keys: least load, whatever KV usage is reported", keys: &Keys{}, setup: func(rs []Replica) {
 			for i := range rs {
 				rs[i].InFlight = 2
 			}
 			rs[rank[3]].InFlight, rs[rank[5]].InFlight = 1, 1
 			rs[rank[5]].KVUsage = 0.96
-		}, want: []int{rank[3]}},
+		}, want: []int{rank[3], rank[5]}},
 		{name: "blocks without a leading key still match", keys: &Keys{Blocks: keys.Blocks, LeadingBlocks: 1}, setup: func(rs []Replica) {
 			rs[rank[4]].Index.Insert(keys.Blocks)
 		}, want: []int{rank[4]}},
@@ -163,6 +167,56 @@ func TestPrefixLoad(t *testing.T) {
 			for i := 0; i < 20; i++ {
 				assert.Contains(t, tt.want, s.Pick(k, rs))
 			}
+		})
+	}
+}
+
+// TestPrefixLoadDetour checks the detour rule: a request leaves the
+// replica its prefix belongs to only when the prefill it would wait behind
+// there, its own uncached part included, exceeds the cheapest
+// candidate's by more than DetourSlack times its prompt.
+func TestPrefixLoadDetour(t *testing.T) {
+	const n = 6
+	// Four blocks of 500 bytes: 2,000 bytes of prompt, slack 1.5 x 2,000.
+	keys := Keys{Leading: 777, Blocks: []uint64{11, 12, 13, 14}, LeadingBlocks: 1, BlockBytes: 500, Bytes: 2000}
+	rank := ranked(keys.Leading, replicas(n))
+	tests := []struct {
+		name  string
+		opts  Options
+		setup func(rs []Replica)
+		want  int
+	}{
+		{name: "history queued past the slack: a detour to the cheapest", setup: func(rs []Replica) {
+			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].PendingPrefill = 5001 // 5,001 + 0 against 0 + 2,000 + 3,000
+		}, want: rank[0]},
+		{name: "history queued within the slack stays", setup: func(rs []Replica) {
+			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].PendingPrefill = 5000
+		}, want: rank[2]},
+		{name: "the detour goes where part of the prompt is resident", setup: func(rs []Replica) {
+			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].PendingPrefill = 4001 // against rank[4]'s 0 + 1,000 + 3,000
+			rs[rank[4]].Index.Insert(keys.Blocks[:2])
+		}, want: rank[4]},
+		{name: "a smaller slack leaves sooner", opts: Options{DetourSlack: 0.25}, setup: func(rs []Replica) {
+			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].PendingPrefill = 2501 // against 0 + 2,000 + 500
+		}, want: rank[0]},
+		{name: "a home holding the leading run, queued past the slack", setup: func(rs []Replica) {
+			rs[rank[0]].Index.Insert(keys.Blocks[:1])
+			rs[rank[0]].PendingPrefill = 4501 // 4,501 + 1,500 against 0 + 2,000 + 3,000
+		}, want: rank[1]},
+		{name: "cold_choices 1 keeps the rule of earlier releases: no detour", opts: Options{ColdChoices: 1}, setup: func(rs []Replica) {
+			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].PendingPrefill = 1 << 20
+		}, want: rank[2]},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rs := replicas(n)
+			tt.setup(rs)
+			assert.Equal(t, tt.want, mustStrategy(t, "prefix_load", tt.opts).Pick(keys, rs))
 		})
 	}
 }

@@ -27,6 +27,18 @@ const (
 	// larger fractions make instances agree on more first placements and
 	// queue traffic that shares nothing behind itself (variants.md).
 	DefaultColdSlack = 0.5
+	// DefaultDetourSlack is how much longer, as a fraction of the prompt,
+	// the prefill a request would wait behind at the replica its prefix
+	// belongs to (its own uncached part included) may be than at the
+	// cheapest candidate before it takes a detour there: 1.5, so that a
+	// prefix keeps its replica until that one has about two and a half
+	// more prompts of its size queued than another. On the simulator's
+	// mixed workload 0.5 cut TTFT p99 most (0.94x round robin's at the
+	// standard point) but lost 8% of the hits; 1.5 kept the hit rate
+	// within 0.99x of prefix_affinity's with p99 0.97x round robin's, and
+	// on the end-to-end scenario 0.94x with 0.97x the hits; 3 and more
+	// give back the tail (docs/experiments.md).
+	DefaultDetourSlack = 1.5
 	// DefaultColdBalanceFactor is the balance factor of the looser bound a
 	// cold prefix's home must be within. A new prefix's placement is
 	// where every later request of it goes, from every router instance,
@@ -88,6 +100,16 @@ type Options struct {
 	// itself. 0 selects DefaultColdSlack; a negative value means none
 	// (only the replicas with the least pending).
 	ColdSlack float64
+	// DetourSlack is how much more queued prefill, as a fraction of the
+	// request's prompt (Keys.Bytes), the replica a request's prefix
+	// belongs to (its history, its leading run, its home) may have than
+	// the cheapest candidate, counting at each the prefill pending there
+	// plus the request's own part not believed resident there, before the
+	// request takes a detour to the cheapest. Larger keeps more hits and
+	// queues more behind a busy home. 0 selects DefaultDetourSlack; a
+	// negative value means none (a detour as soon as another replica is
+	// cheaper).
+	DetourSlack float64
 	// Directory, when set, is a table of homes shared with the other
 	// router instances: a new prefix placed by load is claimed there, and
 	// every instance follows the claim. nil keeps homes local.
@@ -142,6 +164,14 @@ func (o Options) WithDefaults() (Options, error) {
 		o.ColdSlack = 0
 	case !(o.ColdSlack < math.Inf(1)): // NaN, +Inf
 		return o, fmt.Errorf("llmroute: cold slack %v is not a finite fraction", o.ColdSlack)
+	}
+	switch {
+	case o.DetourSlack == 0:
+		o.DetourSlack = DefaultDetourSlack
+	case o.DetourSlack < 0:
+		o.DetourSlack = 0
+	case !(o.DetourSlack < math.Inf(1)): // NaN, +Inf
+		return o, fmt.Errorf("llmroute: detour slack %v is not a finite fraction", o.DetourSlack)
 	}
 	if o.Peers < PeersAuto || o.Peers > PeersSome {
 		return o, fmt.Errorf("llmroute: unknown peer mode %d", o.Peers)

@@ -59,19 +59,21 @@ func TestNewStrategy(t *testing.T) {
 	assert.Error(t, err)
 	_, err = NewStrategy("prefix_load", Options{ColdSlack: math.NaN()})
 	assert.Error(t, err)
+	_, err = NewStrategy("prefix_load", Options{DetourSlack: math.Inf(1)})
+	assert.Error(t, err)
 }
 
 func TestOptionsDefaults(t *testing.T) {
 	tests := []struct {
 		in, want Options
 	}{
-		{Options{}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 2, MinMatchBlocks: 1, ColdBalanceFactor: DefaultColdBalanceFactor, ColdSlack: DefaultColdSlack}},
-		{Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdChoices: 1, ColdBalanceFactor: 1.25, Peers: PeersSome, ColdSlack: 1.5},
-			Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdChoices: 1, ColdBalanceFactor: 1.25, Peers: PeersSome, ColdSlack: 1.5}},
-		{Options{LoadSlack: -1, MinMatchBlocks: -3, ColdChoices: -2, ColdSlack: -1}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 0, MinMatchBlocks: 1, ColdBalanceFactor: DefaultColdBalanceFactor}},
-		{Options{ColdChoices: 9}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 2, MinMatchBlocks: 1, ColdChoices: 3, ColdBalanceFactor: DefaultColdBalanceFactor, ColdSlack: DefaultColdSlack}},
+		{Options{}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 2, MinMatchBlocks: 1, ColdBalanceFactor: DefaultColdBalanceFactor, ColdSlack: DefaultColdSlack, DetourSlack: DefaultDetourSlack}},
+		{Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdChoices: 1, ColdBalanceFactor: 1.25, Peers: PeersSome, ColdSlack: 1.5, DetourSlack: 4},
+			Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdChoices: 1, ColdBalanceFactor: 1.25, Peers: PeersSome, ColdSlack: 1.5, DetourSlack: 4}},
+		{Options{LoadSlack: -1, MinMatchBlocks: -3, ColdChoices: -2, ColdSlack: -1, DetourSlack: -1}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 0, MinMatchBlocks: 1, ColdBalanceFactor: DefaultColdBalanceFactor}},
+		{Options{ColdChoices: 9}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 2, MinMatchBlocks: 1, ColdChoices: 3, ColdBalanceFactor: DefaultColdBalanceFactor, ColdSlack: DefaultColdSlack, DetourSlack: DefaultDetourSlack}},
 		// An unset cold factor is never tighter than the warm one.
-		{Options{BalanceFactor: 3}, Options{BalanceFactor: 3, LoadSlack: 2, MinMatchBlocks: 1, ColdBalanceFactor: 3, ColdSlack: DefaultColdSlack}},
+		{Options{BalanceFactor: 3}, Options{BalanceFactor: 3, LoadSlack: 2, MinMatchBlocks: 1, ColdBalanceFactor: 3, ColdSlack: DefaultColdSlack, DetourSlack: DefaultDetourSlack}},
 	}
 	for _, tt := range tests {
 		got, err := tt.in.WithDefaults()

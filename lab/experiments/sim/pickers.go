@@ -103,7 +103,7 @@ func (p *boundedHash) pick(f *flight, view []policies.Replica) int {
 }
 
 // oracle is prefix_load with perfect knowledge: the policies package's own
-// prefix_load (same bound, slack, saturation rule, rendezvous ties and cold
+// prefix_load (same bound, slack, detours, rendezvous ties and cold
 // path), asked about the true cached prefix of every replica
 // (engine.CachedPrefixTokens) instead of the router's index. It is the
 // upper bound of what a better residency hint can give prefix_load; it is
@@ -116,8 +116,14 @@ type oracle struct {
 
 func newOracle(opts policies.Options, engines []*simengine.Engine) (*oracle, error) {
 	o := &oracle{engines: engines}
-	s, err := policies.NewPrefixLoadWithMatch(opts, func(_ policies.Keys, i int, _ *policies.Replica) int {
-		return o.engines[i].CachedPrefixTokens(o.cur.tokens)
+	s, err := policies.NewPrefixLoadWithMatch(opts, func(keys policies.Keys, i int, _ *policies.Replica) int {
+		// The engine answers in tokens; prefix_load counts blocks of the
+		// rendering, at the request's own bytes per token.
+		cached := o.engines[i].CachedPrefixTokens(o.cur.tokens)
+		if cached == 0 || keys.BlockBytes <= 0 || len(o.cur.tokens) == 0 {
+			return 0
+		}
+		return cached * keys.Bytes / len(o.cur.tokens) / keys.BlockBytes
 	})
 	o.s = s
 	return o, err

@@ -29,7 +29,8 @@ type Variant struct {
 var Variants = []Variant{
 	{Name: "prefix_load", Policy: "prefix_load", Doc: "as shipped: a new prefix to the least pending prefill (placement by load), which becomes its home; " +
 		"peers inferred from engine metrics; with peers the rendezvous home unless it has more pending prefill than the least by over " +
-		"half the prompt's own (cold_slack 0.5); leading-run matches go home; answers indexed"},
+		"half the prompt's own (cold_slack 0.5); leading-run matches go home; a request leaves its prefix's replica for the cheapest when it " +
+		"would wait there behind 1.5 prompts more prefill, its own uncached part included (detour_slack 1.5); answers indexed"},
 	{Name: "cold_choices 1", Policy: "prefix_load", Options: policies.Options{ColdChoices: 1},
 		Doc: "the previous default: a cold prefix to its rendezvous home within the cold bound (c = 3), whatever its queue"},
 	{Name: "cold_choices 2", Policy: "prefix_load", Options: policies.Options{ColdChoices: 2},
@@ -44,6 +45,10 @@ var Variants = []Variant{
 		Doc: "with peers, a new prefix goes home only when that has no more prefill pending than the least"},
 	{Name: "cold_slack 2", Policy: "prefix_load", Options: policies.Options{ColdSlack: 2},
 		Doc: "with peers, a new prefix goes home unless that has two of its own prompts' more prefill pending"},
+	{Name: "detour_slack 0.5", Policy: "prefix_load", Options: policies.Options{DetourSlack: 0.5},
+		Doc: "a request takes a detour when its prefix's replica queues half a prompt more than the cheapest"},
+	{Name: "no detours", Policy: "prefix_load", Options: policies.Options{DetourSlack: 1e6},
+		Doc: "a request always goes where its prefix belongs (within the load bound), however much prefill is queued there: the rule before detours"},
 	{Name: "no answers", Policy: "prefix_load", NoAnswers: true, Doc: "answers not indexed"},
 	{Name: "shared homes", Policy: "prefix_load", SharedHomes: true,
 		Doc: "one table of homes shared by the routers (policies.Options.Directory): what shared state (Valkey/Redis) would add"},
