@@ -252,7 +252,8 @@ func TestPrefixLoadNewPrefixWithPeers(t *testing.T) {
 }
 
 // TestPrefixLoadNewPrefixQueuedHome: with peers, a new prefix whose
-// rendezvous home reports an engine queue is placed by load, even when
+// rendezvous home reports an engine queue or a full KV cache is placed by
+// load, even when
 // this router's own pending prefill there is within the slack (each
 // router's pending prefill is its own share; the engine's queue is what
 // they all see).
@@ -273,6 +274,18 @@ func TestPrefixLoadNewPrefixQueuedHome(t *testing.T) {
 	rs[nrank[0]].EngineWaiting = 1
 	got := s.Pick(next, rs)
 	assert.NotEqual(t, nrank[0], got, "the home's engine queues: by load")
+	assert.GreaterOrEqual(t, got, 0)
+
+	third := Keys{Leading: 6464, Blocks: []uint64{41, 42}, LeadingBlocks: 1, Bytes: 2000}
+	trank := ranked(third.Leading, rs)
+	for i := range rs {
+		rs[i].EngineWaiting, rs[i].KVUsage = 0, 0.5
+	}
+	// Within the slack by this router's own queue (500 of 1,000 bytes),
+	// so only the KV usage says no.
+	rs[trank[0]].KVUsage, rs[trank[0]].PendingPrefill = 0.97, 500
+	got = s.Pick(third, rs)
+	assert.NotEqual(t, trank[0], got, "the home's KV cache is full: by load")
 	assert.GreaterOrEqual(t, got, 0)
 }
 

@@ -38,8 +38,8 @@ import (
 //     and that replica becomes its home. With peers (other routers) and no
 //     shared Directory, it goes to its rendezvous home within the cold
 //     bound instead while that one is within the same slack and its
-//     engine reports no waiting queue, and its home stays the rendezvous
-//     one.
+//     engine reports neither a waiting queue nor a KV cache >= 0.95 full,
+//     and its home stays the rendezvous one.
 //  6. Detours: a request that steps 2-4 send to a replica (its history,
 //     its leading run, its home) goes instead to the cheapest candidate
 //     when the prefill it would wait behind there, queued (this router's
@@ -96,11 +96,14 @@ import (
 //     documents). Dynamo weighs each replica by its uncached prefill; the
 //     detour does so only past a slack, so that the hit is given up only
 //     for a wait longer than the prefill it saves (DefaultDetourSlack).
-//     With peers the engines' waiting queues are the one load signal
-//     every router shares: a rendezvous home that reports one is not
-//     where a new prefix waits (with eight routers each router's own
-//     pending prefill is an eighth of the real queue, so without it new
-//     prefixes were hashed home regardless).
+//     With peers the engines' waiting queues and KV usage are the load
+//     signals every router shares: a rendezvous home that reports a queue
+//     or a full cache is not where a new prefix waits, and it is placed by
+//     load instead (with eight routers each router's own pending prefill
+//     is an eighth of the real queue, so without them new prefixes were
+//     hashed home regardless). They only turn a placement from the hash to
+//     the load, never exclude a replica: a sample is up to a scrape
+//     interval old.
 //   - A one-off document and a reusable system prompt look alike at first
 //     sight; the placement by load is cheap to undo, because the home it
 //     records is where the prefix's later requests go, and is balanced by
@@ -358,10 +361,13 @@ func (s *prefixLoad) pick(keys Keys, replicas []Replica) int {
 	// A new prefix: by load, or with peers and no directory home within
 	// the slack (the same rule as detour's, with nothing cached).
 	// Home is near while this router's pending prefill there is within
-	// the slack and its engine reports no queue: the queue is what every
-	// router sees alike (each one's pending prefill is its own share).
-	nearHome := replicas[coldHome].PendingPrefill <= replicas[coolest].PendingPrefill+slack &&
-		replicas[coldHome].EngineWaiting <= 0
+	// the slack and its engine reports neither a waiting queue nor a full
+	// KV cache: those are what every router sees alike (each one's
+	// pending prefill is its own share). When it is not, the prefix is
+	// placed by this router's load, which spreads.
+	h := &replicas[coldHome]
+	nearHome := h.PendingPrefill <= replicas[coolest].PendingPrefill+slack &&
+		h.EngineWaiting <= 0 && h.KVUsage < kvFull
 	choice := s.settled(replicas, hk, coolest, slack, bound, minLoad)
 	if peers && !s.shared && nearHome {
 		choice = coldHome
@@ -400,6 +406,11 @@ func (s *prefixLoad) matchOf(keys Keys, i int, r *Replica) int {
 func queued(keys Keys, r *Replica, m int) int {
 	return r.PendingPrefill + UncachedBytes(keys, m)
 }
+
+// kvFull is the engine KV usage from which, with peers, a new prefix's
+// rendezvous home is not where it waits: the engine would evict or
+// preempt to make room (llm-d calls >= 0.8 saturated).
+const kvFull = 0.95
 
 // within reports whether r is within a bound (or the least loaded).
 func (s *prefixLoad) within(r *Replica, bound, minLoad int) bool {

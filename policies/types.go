@@ -96,10 +96,11 @@ type Replica struct {
 	EngineWaiting int
 	// EngineRunning is the engine's running-sequence count, -1 if unknown.
 	EngineRunning int
-	// KVUsage is the engine's KV cache usage in [0,1], -1 if unknown. No
-	// strategy weighs it: sampled up to a scrape interval ago, it sent a
-	// second's traffic to the replicas that had reported less (see
-	// prefixLoad).
+	// KVUsage is the engine's KV cache usage in [0,1], -1 if unknown.
+	// Only prefix_load reads it, with peers, to place a new prefix by
+	// load rather than at a full rendezvous home; it never excludes a
+	// replica: sampled up to a scrape interval ago, a cut at a full cache
+	// sent a second's traffic to the replicas that had reported less.
 	KVUsage float64
 	// Prefilling counts this router's requests on the replica that have
 	// not produced their first byte yet: prompts still being prefilled or
