@@ -11,6 +11,7 @@
 //	go run ./cmd/llmexp routers        # every workload with 2, 4 and 8 routers, and the goals
 //	go run ./cmd/llmexp mixed_sweep    # mixed traffic from 0 to 100% unique documents
 //	go run ./cmd/llmexp e2e            # caddy + simulated replicas over loopback
+//	go run ./cmd/llmexp e2e_seeds      # the e2e scenario in the simulator, 8 seeds x 120 s
 //	go run ./cmd/llmexp plots          # redraw plots and summary.md from the records
 //
 // Results go under experiments/results (experiments/results-quick with
@@ -50,6 +51,7 @@ commands:
                       (with standard.json: goals.json, goals.md)
   mixed_sweep         the mixed workload's unique share from 0 to 1, one and eight routers, per seed
   e2e                 real caddy + simulated replicas over loopback: e2e.json
+  e2e_seeds           the e2e scenario in the simulator only, per seed (-e2e-seeds, -e2e-duration, default 8 x 120s): e2e_seeds.json, e2e_seeds.md
   plots               redraw every plot and summary.md from the records
 
 flags:
@@ -78,6 +80,7 @@ func run(args []string, logw io.Writer) error {
 		e2eS  = fs.Duration("e2e-duration", 0, "e2e: arrivals per run for this long (default 20s, 5s with -quick)")
 		e2eR  = fs.String("e2e-routers", "", "e2e: comma-separated caddy instance counts (default 1,4; 1,2 with -quick)")
 		e2eW  = fs.String("e2e-workloads", "", "e2e: comma-separated workloads (default shared_prefix,mixed,no_shared_prefix)")
+		e2eN  = fs.Int("e2e-seeds", 8, "e2e_seeds: seeds 1..n")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -188,11 +191,34 @@ func run(args []string, logw io.Writer) error {
 		return suite.WriteResidency(dir, rec)
 	case cmd == "e2e":
 		return e2eRun()
+	case cmd == "e2e_seeds":
+		sc := e2e.SeedsConfig{Seeds: *e2eN, Duration: *e2eS, Jobs: *jobs, Progress: logw, Commit: suite.GitCommit()}
+		if *quick {
+			sc.Seeds, sc.Duration = min(sc.Seeds, 2), min(sc.Duration, 10*time.Second)
+			if sc.Duration <= 0 {
+				sc.Duration = 10 * time.Second
+			}
+		}
+		for _, f := range strings.FieldsFunc(*e2eR, func(r rune) bool { return r == ',' }) {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 || n > 16 {
+				return fmt.Errorf("-e2e-routers: %q is not a count from 1 to 16", f)
+			}
+			sc.Routers = append(sc.Routers, n)
+		}
+		if *e2eW != "" {
+			sc.Workloads = strings.Split(*e2eW, ",")
+		}
+		rec, err := e2e.RunSeeds(sc)
+		if err != nil {
+			return err
+		}
+		return e2e.WriteSeeds(filepath.Join(dir, "e2e_seeds.json"), filepath.Join(dir, "e2e_seeds.md"), rec)
 	case cmd == "plots":
 		return suite.Replot(dir)
 	default:
 		fs.Usage()
-		return fmt.Errorf("unknown command %q (valid: all, standard, %s, sweep, kv_sweep, load_sweep, scale, residency, variants, routers, mixed_sweep, e2e, plots)",
+		return fmt.Errorf("unknown command %q (valid: all, standard, %s, sweep, kv_sweep, load_sweep, scale, residency, variants, routers, mixed_sweep, e2e, e2e_seeds, plots)",
 			cmd, strings.Join(workload.Kinds, ", "))
 	}
 }

@@ -204,6 +204,53 @@ func workloadParams(kind string, seed uint64) (workload.Params, error) {
 	return p, nil
 }
 
+// scenarioSetup is the scenario every run and its simulation share.
+func scenarioSetup(d time.Duration) Setup {
+	return Setup{Replicas: 4, KVBlocks: 1024, Cap: 64, Util: 0.6, ClientTimeout: 60, DurationS: d.Seconds(),
+		Note: "Scaled down for wall-clock runs: 4 replicas of 1,024 KV blocks at engine speed 1; 48 groups x 1,024-token system prompts " +
+			"(3,072 blocks of working set: 3x one replica's cache, 0.75x all four), 64-token questions, 32-token answers; mixed: half the requests " +
+			"carry a unique 1,024-token document instead; no_shared_prefix: all of them. Several routers: that many caddy processes with the " +
+			"same Caddyfile, each request sent to one of them at random."}
+}
+
+// scenarioEngine is the engine of the scenario's replicas.
+func scenarioEngine(setup Setup) simengine.Config {
+	ec := simengine.DefaultConfig()
+	ec.NumBlocks, ec.MaxModelLen = setup.KVBlocks, 0
+	return ec
+}
+
+// Scenario returns the workload kind's requests over d at 0.6 of the
+// replicas' cold capacity, and that rate (requests per second).
+func Scenario(kind string, seed uint64, d time.Duration) (*workload.Workload, float64, error) {
+	setup := scenarioSetup(d)
+	ec := scenarioEngine(setup)
+	wp, err := workloadParams(kind, seed)
+	if err != nil {
+		return nil, 0, err
+	}
+	probe, err := workload.Generate(wp)
+	if err != nil {
+		return nil, 0, err
+	}
+	cold := 1 / (probe.MeanPromptTokens*ec.PrefillTokenCost.Seconds() + probe.MeanOutputTokens*(ec.SeqCost.Seconds()+ec.StepFixed.Seconds()/float64(setup.Cap)))
+	rate := setup.Util * cold * float64(setup.Replicas)
+	wp.Requests = max(int(rate*d.Seconds()), 1)
+	w, err := workload.Generate(wp)
+	if err != nil {
+		return nil, 0, err
+	}
+	w.ScaleRate(rate)
+	return w, rate, nil
+}
+
+// simConfig is the simulator's configuration of pol on the scenario with
+// n routers.
+func simConfig(pol Policy, setup Setup, n int, seed uint64) sim.Config {
+	return sim.Config{Policy: pol.Strategy, Replicas: setup.Replicas, Routers: n, Seed: seed, Engine: scenarioEngine(setup), Cap: setup.Cap,
+		EngineMetrics: true, SampleInterval: time.Second, Feedback: true, IndexAnswers: true, Options: pol.Sim, SharedHomes: pol.SharedHomes}
+}
+
 // Run runs the end-to-end comparison.
 func Run(cfg Config) (*Record, error) {
 	if cfg.Progress == nil {
@@ -259,13 +306,7 @@ func Run(cfg Config) (*Record, error) {
 		return nil, fmt.Errorf("e2e: go build ./cmd/simreplica: %v\n%s", err, out)
 	}
 
-	setup := Setup{Replicas: 4, KVBlocks: 1024, Cap: 64, Util: 0.6, ClientTimeout: 60, DurationS: cfg.Duration.Seconds(),
-		Note: "Scaled down for wall-clock runs: 4 replicas of 1,024 KV blocks at engine speed 1; 48 groups x 1,024-token system prompts " +
-			"(3,072 blocks of working set: 3x one replica's cache, 0.75x all four), 64-token questions, 32-token answers; mixed: half the requests " +
-			"carry a unique 1,024-token document instead; no_shared_prefix: all of them. Several routers: that many caddy processes with the " +
-			"same Caddyfile, each request sent to one of them at random."}
-	ec := simengine.DefaultConfig()
-	ec.NumBlocks, ec.MaxModelLen = setup.KVBlocks, 0
+	setup := scenarioSetup(cfg.Duration)
 	rec := &Record{Experiment: "e2e", Commit: cfg.Commit, Seed: cfg.Seed, Quick: cfg.Quick, Setup: setup,
 		Policies: cfg.Policies, Workloads: map[string]workload.Params{}}
 
@@ -326,22 +367,10 @@ func Run(cfg Config) (*Record, error) {
 
 	runs := 0
 	for _, kind := range cfg.Workloads {
-		wp, err := workloadParams(kind, cfg.Seed)
+		w, rate, err := Scenario(kind, cfg.Seed, cfg.Duration)
 		if err != nil {
 			return nil, err
 		}
-		probe, err := workload.Generate(wp)
-		if err != nil {
-			return nil, err
-		}
-		cold := 1 / (probe.MeanPromptTokens*ec.PrefillTokenCost.Seconds() + probe.MeanOutputTokens*(ec.SeqCost.Seconds()+ec.StepFixed.Seconds()/float64(setup.Cap)))
-		rate := setup.Util * cold * float64(setup.Replicas)
-		wp.Requests = max(int(rate*cfg.Duration.Seconds()), 1)
-		w, err := workload.Generate(wp)
-		if err != nil {
-			return nil, err
-		}
-		w.ScaleRate(rate)
 		rec.Workloads[kind] = w.Params
 		arrivals := make([]Arrival, len(w.Sessions))
 		for i := range w.Sessions {
@@ -355,7 +384,7 @@ func Run(cfg Config) (*Record, error) {
 		for _, n := range cfg.Routers {
 			for _, pol := range cfg.Policies {
 				runs++
-				run, err := runOne(cfg, rec, tmp, caddyBin, upstreams, replicas, kind, n, pol, arrivals, w, ec, logf, &procs,
+				run, err := runOne(cfg, rec, tmp, caddyBin, upstreams, replicas, kind, n, pol, arrivals, w, logf, &procs,
 					strings.NewReplacer("{DIRECTORY}", directory, "{RUN}", fmt.Sprintf("run%d", runs)))
 				if err != nil {
 					return nil, err
@@ -380,7 +409,7 @@ func storeBinary() string {
 // runOne runs pol through n caddy instances on one workload's arrivals,
 // from cold replica caches, and the simulator on the same scenario.
 func runOne(cfg Config, rec *Record, tmp, caddyBin string, upstreams []string, replicas []*proc.Proc, kind string, n int, pol Policy,
-	arrivals []Arrival, w *workload.Workload, ec simengine.Config, logf func(string, ...any), procs *[]*proc.Proc, vars *strings.Replacer) (*Cell, error) {
+	arrivals []Arrival, w *workload.Workload, logf func(string, ...any), procs *[]*proc.Proc, vars *strings.Replacer) (*Cell, error) {
 	for i, a := range upstreams {
 		// Start each run from cold caches and zeroed counters.
 		if err := post("http://"+a+"/sim/restart", `{"down_ms":0}`); err != nil {
@@ -454,15 +483,18 @@ func runOne(cfg Config, rec *Record, tmp, caddyBin string, upstreams []string, r
 		res.Incomplete, res.TokenHitRate, res.TTFT.P50, res.TTFT.P99)
 	stop()
 
-	sc := sim.Config{Policy: pol.Strategy, Replicas: rec.Setup.Replicas, Routers: n, Seed: cfg.Seed, Engine: ec, Cap: rec.Setup.Cap,
-		EngineMetrics: true, SampleInterval: time.Second, Feedback: true, IndexAnswers: true, Options: pol.Sim, SharedHomes: pol.SharedHomes}
-	sr, err := sim.Run(sc, w)
+	sr, err := sim.Run(simConfig(pol, rec.Setup, n, cfg.Seed), w)
 	if err != nil {
 		return nil, err
 	}
 	return &Cell{Workload: kind, Routers: n, Policy: pol.Name, Requests: len(arrivals), Result: res,
-		Sim: &SimPoint{TokenHitRate: sr.TokenHitRate, TTFTP50Ms: sr.TTFT.P50, TTFTP99Ms: sr.TTFT.P99, E2EP50Ms: sr.E2E.P50,
-			ThroughputTokS: sr.ThroughputTokS, MaxMinLoadRatio: sr.MaxMinLoadRatio, Agreement: sr.Agreement}}, nil
+		Sim: simPoint(sr)}, nil
+}
+
+// simPoint is what the record keeps of a simulation.
+func simPoint(sr *sim.Result) *SimPoint {
+	return &SimPoint{TokenHitRate: sr.TokenHitRate, TTFTP50Ms: sr.TTFT.P50, TTFTP99Ms: sr.TTFT.P99, E2EP50Ms: sr.E2E.P50,
+		ThroughputTokS: sr.ThroughputTokS, MaxMinLoadRatio: sr.MaxMinLoadRatio, Agreement: sr.Agreement}
 }
 
 // summarize turns outcomes into a PolicyResult.
