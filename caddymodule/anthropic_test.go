@@ -319,7 +319,9 @@ func TestMessagesKeepAffinityAndFeedback(t *testing.T) {
 	reverse_proxy %s %s {
 		lb_policy llm prefix_load
 	}`, a1, a2))
-	const prompts = 6
+	// Homes are rendezvous homes of random ports (no engine metrics: peers
+	// assumed): 16 prompts all on one of two replicas has odds 2^-15.
+	const prompts = 16
 	homes := map[string]bool{}
 	for i := range prompts {
 		sys := fmt.Sprintf("You are assistant number %d. ", i) + strings.Repeat("Answer in short, exact sentences. ", 20)
