@@ -157,21 +157,12 @@ func (o Options) WithDefaults() (Options, error) {
 	case o.ColdChoices > 3:
 		o.ColdChoices = 3
 	}
-	switch {
-	case o.ColdSlack == 0:
-		o.ColdSlack = DefaultColdSlack
-	case o.ColdSlack < 0:
-		o.ColdSlack = 0
-	case !(o.ColdSlack < math.Inf(1)): // NaN, +Inf
-		return o, fmt.Errorf("llmroute: cold slack %v is not a finite fraction", o.ColdSlack)
+	var err error
+	if o.ColdSlack, err = slackOrDefault(o.ColdSlack, DefaultColdSlack, "cold slack"); err != nil {
+		return o, err
 	}
-	switch {
-	case o.DetourSlack == 0:
-		o.DetourSlack = DefaultDetourSlack
-	case o.DetourSlack < 0:
-		o.DetourSlack = 0
-	case !(o.DetourSlack < math.Inf(1)): // NaN, +Inf
-		return o, fmt.Errorf("llmroute: detour slack %v is not a finite fraction", o.DetourSlack)
+	if o.DetourSlack, err = slackOrDefault(o.DetourSlack, DefaultDetourSlack, "detour slack"); err != nil {
+		return o, err
 	}
 	if o.Peers < PeersAuto || o.Peers > PeersSome {
 		return o, fmt.Errorf("llmroute: unknown peer mode %d", o.Peers)
@@ -202,4 +193,18 @@ func NewStrategy(name string, opts Options) (Strategy, error) {
 		return newPrefixLoad(o, nil), nil
 	}
 	return nil, fmt.Errorf("llmroute: unknown strategy %q (valid: %s)", name, strings.Join(StrategyNames, ", "))
+}
+
+// slackOrDefault applies the rule every slack option shares: 0 selects
+// def, a negative value means none (0), and NaN or +Inf is an error.
+func slackOrDefault(v, def float64, name string) (float64, error) {
+	switch {
+	case v == 0:
+		return def, nil
+	case v < 0:
+		return 0, nil
+	case !(v < math.Inf(1)): // NaN, +Inf
+		return v, fmt.Errorf("llmroute: %s %v is not a finite fraction", name, v)
+	}
+	return v, nil
 }
