@@ -77,8 +77,8 @@ func run(args []string, logw io.Writer) error {
 		jobs  = fs.Int("j", 2, "simulations run at once")
 		out   = fs.String("out", "", "results directory (default experiments/results, or experiments/results-quick with -quick)")
 		caddy = fs.String("caddy", "../caddy", "caddy binary for e2e (built by ./xcaddy.sh build at the repository root)")
-		e2eS  = fs.Duration("e2e-duration", 0, "e2e: arrivals per run for this long (default 20s, 5s with -quick)")
-		e2eR  = fs.String("e2e-routers", "", "e2e: comma-separated caddy instance counts (default 1,4; 1,2 with -quick)")
+		e2eS  = fs.Duration("e2e-duration", 0, "e2e: arrivals per run for this long (default 20s, 5s with -quick; e2e_seeds 120s, 10s with -quick)")
+		e2eR  = fs.String("e2e-routers", "", "e2e, e2e_seeds: comma-separated router (caddy instance) counts (default 1,4; e2e with -quick 1,2)")
 		e2eW  = fs.String("e2e-workloads", "", "e2e: comma-separated workloads (default shared_prefix,mixed,no_shared_prefix)")
 		e2eN  = fs.Int("e2e-seeds", 8, "e2e_seeds: seeds 1..n")
 	)
@@ -99,18 +99,17 @@ func run(args []string, logw io.Writer) error {
 	o := suite.Options{Quick: *quick, Seed: *seed, Jobs: *jobs, Out: dir, Progress: logw}
 	start := time.Now()
 	defer func() { fmt.Fprintf(logw, "llmexp: done in %s\n", time.Since(start).Round(time.Second)) }()
+	e2eRouters, err := routerCounts(*e2eR)
+	if err != nil {
+		return err
+	}
+	var e2eWorkloads []string
+	if *e2eW != "" {
+		e2eWorkloads = strings.Split(*e2eW, ",")
+	}
 	e2eRun := func() error {
 		cfg := e2e.Config{Caddy: *caddy, Quick: *quick, Seed: *seed, Duration: *e2eS, Progress: logw, Commit: suite.GitCommit()}
-		for _, f := range strings.FieldsFunc(*e2eR, func(r rune) bool { return r == ',' }) {
-			n, err := strconv.Atoi(f)
-			if err != nil || n < 1 || n > 16 {
-				return fmt.Errorf("-e2e-routers: %q is not a count from 1 to 16", f)
-			}
-			cfg.Routers = append(cfg.Routers, n)
-		}
-		if *e2eW != "" {
-			cfg.Workloads = strings.Split(*e2eW, ",")
-		}
+		cfg.Routers, cfg.Workloads = e2eRouters, e2eWorkloads
 		rec, err := e2e.Run(cfg)
 		if err != nil {
 			return err
@@ -194,21 +193,12 @@ func run(args []string, logw io.Writer) error {
 	case cmd == "e2e_seeds":
 		sc := e2e.SeedsConfig{Seeds: *e2eN, Duration: *e2eS, Jobs: *jobs, Progress: logw, Commit: suite.GitCommit()}
 		if *quick {
-			sc.Seeds, sc.Duration = min(sc.Seeds, 2), min(sc.Duration, 10*time.Second)
-			if sc.Duration <= 0 {
+			sc.Seeds = min(sc.Seeds, 2)
+			if sc.Duration <= 0 || sc.Duration > 10*time.Second {
 				sc.Duration = 10 * time.Second
 			}
 		}
-		for _, f := range strings.FieldsFunc(*e2eR, func(r rune) bool { return r == ',' }) {
-			n, err := strconv.Atoi(f)
-			if err != nil || n < 1 || n > 16 {
-				return fmt.Errorf("-e2e-routers: %q is not a count from 1 to 16", f)
-			}
-			sc.Routers = append(sc.Routers, n)
-		}
-		if *e2eW != "" {
-			sc.Workloads = strings.Split(*e2eW, ",")
-		}
+		sc.Routers, sc.Workloads = e2eRouters, e2eWorkloads
 		rec, err := e2e.RunSeeds(sc)
 		if err != nil {
 			return err
@@ -221,4 +211,18 @@ func run(args []string, logw io.Writer) error {
 		return fmt.Errorf("unknown command %q (valid: all, standard, %s, sweep, kv_sweep, load_sweep, scale, residency, variants, routers, mixed_sweep, e2e, e2e_seeds, plots)",
 			cmd, strings.Join(workload.Kinds, ", "))
 	}
+}
+
+// routerCounts parses -e2e-routers: comma-separated counts from 1 to 16
+// (none: the command's default).
+func routerCounts(s string) ([]int, error) {
+	var counts []int
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' }) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 16 {
+			return nil, fmt.Errorf("-e2e-routers: %q is not a count from 1 to 16", f)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
 }
