@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/llmroute/caddy-llmroute/lab/experiments/sim"
@@ -114,39 +113,26 @@ func RunSeeds(cfg SeedsConfig) (*SeedsRecord, error) {
 			}
 		}
 	}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-		done  int
-	)
-	next := make(chan job)
-	for range cfg.Jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range next {
-				sr, err := sim.Run(simConfig(j.pol, setup, j.n, rec.Seeds[j.i]), j.w)
-				mu.Lock()
-				done++
-				if err != nil && first == nil {
-					first = err
-				}
-				if err == nil {
-					c := &rec.Cells[j.cell]
-					c.Points[j.i] = simPoint(sr)
-					fmt.Fprintf(cfg.Progress, "[%4d/%d] %s, %d router(s), %s, seed %d: ttft p99 %.0f ms, hit %.3f\n", done, len(jobs),
-						c.Workload, j.n, j.pol.Name, rec.Seeds[j.i], sr.TTFT.P99, sr.TokenHitRate)
-				}
-				mu.Unlock()
+	cfgs, ws := make([]sim.Config, len(jobs)), make([]*workload.Workload, len(jobs))
+	for i, j := range jobs {
+		cfgs[i], ws[i] = simConfig(j.pol, setup, j.n, rec.Seeds[j.i]), j.w
+	}
+	var first error
+	done := 0
+	sim.RunAll(cfgs, ws, cfg.Jobs, func(k int, sr *sim.Result, err error, _ time.Duration) {
+		j := jobs[k]
+		done++
+		if err != nil {
+			if first == nil {
+				first = err
 			}
-		}()
-	}
-	for _, j := range jobs {
-		next <- j
-	}
-	close(next)
-	wg.Wait()
+			return
+		}
+		c := &rec.Cells[j.cell]
+		c.Points[j.i] = simPoint(sr)
+		fmt.Fprintf(cfg.Progress, "[%4d/%d] %s, %d router(s), %s, seed %d: ttft p99 %.0f ms, hit %.3f\n", done, len(jobs),
+			c.Workload, j.n, j.pol.Name, rec.Seeds[j.i], sr.TTFT.P99, sr.TokenHitRate)
+	})
 	return rec, first
 }
 

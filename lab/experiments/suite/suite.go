@@ -291,24 +291,14 @@ func (r *runner) run(tasks []*task) error {
 	r.mu.Lock()
 	r.total += len(tasks)
 	r.mu.Unlock()
-	ch := make(chan *task)
-	var wg sync.WaitGroup
-	for range r.o.Jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for t := range ch {
-				t0 := time.Now()
-				t.res, t.err = sim.Run(t.cfg, t.w)
-				r.report(t, time.Since(t0))
-			}
-		}()
+	cfgs, ws := make([]sim.Config, len(tasks)), make([]*workload.Workload, len(tasks))
+	for i, t := range tasks {
+		cfgs[i], ws[i] = t.cfg, t.w
 	}
-	for _, t := range tasks {
-		ch <- t
-	}
-	close(ch)
-	wg.Wait()
+	sim.RunAll(cfgs, ws, r.o.Jobs, func(i int, res *sim.Result, err error, d time.Duration) {
+		tasks[i].res, tasks[i].err = res, err
+		r.report(tasks[i], d)
+	})
 	for _, t := range tasks {
 		if t.err != nil {
 			return fmt.Errorf("%s %s: %w", t.phase, t.label, t.err)
