@@ -78,7 +78,7 @@ func (h *LLMRoute) admitTenant(r *http.Request, rc *routeCtx, ts *tenantState) (
 		}
 		band = lim.ceiling.Lower(p)
 	}
-	nameRequest(r, ts.name, band, len(h.keyHashes) > 0)
+	nameRequest(r, rc, ts.name, band, len(h.keyHashes) > 0)
 	promptBytes, hasBody := 0, rc.req != nil
 	if hasBody {
 		promptBytes = rc.req.PromptBytes
@@ -99,13 +99,13 @@ func (h *LLMRoute) admitTenant(r *http.Request, rc *routeCtx, ts *tenantState) (
 }
 
 // nameRequest names the tenant (never its key) where Caddy looks: the
-// {llm.tenant} and {llm.priority} placeholders, the access log's "tenant"
-// field and, when the tenant was authenticated by a key, its user_id.
-func nameRequest(r *http.Request, tenant string, band admission.Priority, keyed bool) {
-	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
-		repl.Set("llm.tenant", tenant)
-		repl.Set("llm.priority", band.String())
-		if keyed {
+// {llm.tenant} and {llm.priority} placeholders (placeholders.go), the
+// access log's "tenant" field and, when the tenant was authenticated by a
+// key, its user_id.
+func nameRequest(r *http.Request, rc *routeCtx, tenant string, band admission.Priority, keyed bool) {
+	rc.ph.named, rc.ph.tenant, rc.ph.band = true, tenant, band
+	if keyed {
+		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 			repl.Set("http.auth.user.id", tenant)
 		}
 	}

@@ -73,6 +73,8 @@ type routeCtx struct {
 	// and estimate; nil without llm_route's tenants. Set before the
 	// policy runs; its slot is given back by finish.
 	tk *ticket
+	// ph are the values of the {llm.*} placeholders (placeholders.go).
+	ph placeholderValues
 
 	mu sync.Mutex
 	// body is the body as sent upstream; nil when not read, and dropped

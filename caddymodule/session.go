@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/cespare/xxhash/v2"
 	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,23 +50,19 @@ var (
 var defaultSessionHeaders = []string{"X-Session-Id", "X-Session-Affinity", "X-Claude-Code-Session-Id", "Session-Id"}
 
 // describe reads what routes the request besides its prefix: its session
-// and the response state it continues, and sets the placeholders
-// {llm.model}, {llm.endpoint}, {llm.stream} and {llm.session} for logs,
-// headers and expression matchers.
+// and the response state it continues, and provides the placeholders
+// {llm.model}, {llm.endpoint}, {llm.stream} and {llm.session}
+// (placeholders.go).
 func (h *LLMRoute) describe(r *http.Request, rc *routeCtx) {
 	rc.session = h.sessionOf(r, rc.req)
-	model := ""
+	rc.ph.session = rc.session
+	rc.ph.endpoint = endpointName(r.URL.Path)
 	if rc.req != nil {
-		model = rc.req.Model
-		rc.sessionKey = sessionKey(model, rc.session)
+		rc.ph.model, rc.ph.stream = rc.req.Model, rc.req.Stream
+		rc.sessionKey = sessionKey(rc.req.Model, rc.session)
 		rc.pin, rc.pinKey = stateHome(rc.req)
 	}
-	if repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); repl != nil {
-		repl.Set("llm.model", model)
-		repl.Set("llm.endpoint", endpointName(r.URL.Path))
-		repl.Set("llm.stream", rc.req != nil && rc.req.Stream)
-		repl.Set("llm.session", rc.session)
-	}
+	providePlaceholders(r, rc)
 }
 
 // remember records, after a success on the replica at addr, where the

@@ -16,8 +16,8 @@ const DefaultIndexCapacity = 16384
 
 // Index is one replica's approximate residency index: a bounded LRU of the
 // block hashes of prompts routed to that replica. It records what was sent,
-// not what the engine kept, so it is a belief that feedback (Forget, Purge)
-// corrects.
+// not what the engine kept, so it is a belief that feedback corrects
+// (SetCapacity, Purge).
 //
 // Memory: about 87 bytes of heap per entry on 64-bit platforms, measured by
 // TestIndexBytesPerEntry over 100k entries: a 64-byte list element (key,
@@ -40,7 +40,7 @@ type Index struct {
 	lru *simplelru.LRU[uint64, struct{}]
 	cap int
 	// heads has the bit of every chain head inserted since the last Purge
-	// set. Eviction and Forget leave bits set (a stale bit only costs a
+	// set. Eviction leaves bits set (a stale bit only costs a
 	// look under the lock), so a clear bit is certain: that head is not
 	// held.
 	heads [headWords]atomic.Uint64
@@ -83,47 +83,79 @@ func (ix *Index) Insert(blocks []uint64) {
 		return
 	}
 	ix.mu.Lock()
+	ix.insertLocked(blocks)
+	ix.mu.Unlock()
+}
+
+func (ix *Index) insertLocked(blocks []uint64) {
 	w, bit := headBit(blocks[0])
 	ix.heads[w].Or(bit)
 	for i := len(blocks) - 1; i >= 0; i-- {
 		ix.lru.Add(blocks[i], struct{}{})
 	}
-	ix.mu.Unlock()
 }
 
 // Match returns how many leading blocks of the chain are believed resident:
-// it stops at the first block the index does not hold. The chain is
+// the length of the chain's leading run the index holds. The chain is
 // matched from its head, as chains are inserted (a chain that begins inside
-// an inserted one matches nothing). It does not change
-// recency, so asking about a replica that is then not chosen leaves its
-// index as it was. A nil index matches nothing.
+// an inserted one matches nothing). It does not change recency, so asking
+// about a replica that is then not chosen leaves its index as it was. A nil
+// index matches nothing.
+//
+// What the index holds of a chain is always a leading run: a block's hash
+// covers its whole prefix (chain.go), so every chain that holds block i
+// holds blocks 0..i-1 too, and every Insert adds them after block i, in
+// the same locked step; block i-1 is thus always more recent than block i,
+// and eviction (least recent first, also by SetCapacity) takes a chain's
+// blocks from its end. Match therefore finds the run's end by bisection:
+// about log2(len) lookups instead of one per block (TestIndexLeadingRun
+// checks it against a walk of every block).
 func (ix *Index) Match(blocks []uint64) int {
 	if ix == nil || len(blocks) == 0 || !ix.mayHold(blocks[0]) {
 		return 0
 	}
 	ix.mu.Lock()
-	n := 0
-	for _, b := range blocks {
-		if _, ok := ix.lru.Peek(b); !ok {
-			break
-		}
-		n++
-	}
+	n := ix.matchLocked(blocks)
 	ix.mu.Unlock()
 	return n
 }
 
-// Forget drops blocks from the index, for when feedback says the engine did
-// not have them (it reported fewer cached tokens than the index predicted).
-func (ix *Index) Forget(blocks []uint64) {
-	if ix == nil {
-		return
+// MatchInsert is Match followed by Insert of the same chain, under one
+// lock: what placing a prompt on the replica does.
+func (ix *Index) MatchInsert(blocks []uint64) int {
+	if ix == nil || len(blocks) == 0 {
+		return 0
 	}
 	ix.mu.Lock()
-	for _, b := range blocks {
-		ix.lru.Remove(b)
+	n := 0
+	if ix.mayHold(blocks[0]) {
+		n = ix.matchLocked(blocks)
 	}
+	ix.insertLocked(blocks)
 	ix.mu.Unlock()
+	return n
+}
+
+// matchLocked bisects the chain for the end of its held leading run: held
+// are blocks[:lo], not held blocks[hi] (when hi < len).
+func (ix *Index) matchLocked(blocks []uint64) int {
+	if !ix.lru.Contains(blocks[0]) {
+		return 0
+	}
+	last := len(blocks) - 1
+	if ix.lru.Contains(blocks[last]) { // a repeated prompt: held whole
+		return len(blocks)
+	}
+	lo, hi := 1, last
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if ix.lru.Contains(blocks[mid]) {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // Purge empties the index, for a replica restart, a cache reset or removal.

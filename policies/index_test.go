@@ -11,11 +11,11 @@ import (
 
 func TestIndex(t *testing.T) {
 	type op struct {
-		insert, forget []uint64
-		match          []uint64 // Match(match) must return want
-		want           int
-		purge          bool
-		capacity       int // SetCapacity when > 0
+		insert   []uint64
+		match    []uint64 // Match(match) must return want
+		want     int
+		purge    bool
+		capacity int // SetCapacity when > 0
 	}
 	tests := []struct {
 		name string
@@ -42,18 +42,15 @@ func TestIndex(t *testing.T) {
 			{match: []uint64{1}, want: 1}, {insert: []uint64{3}},
 			{match: []uint64{1}, want: 0}, {match: []uint64{2}, want: 1},
 		}, len: 2},
-		{name: "match stops at the first gap", cap: 10, ops: []op{
-			{insert: []uint64{1, 2, 4, 5}},
-			{match: []uint64{1, 2, 3, 4, 5}, want: 2}, {match: []uint64{3, 4, 5}, want: 0},
-			{match: nil, want: 0},
-		}, len: 4},
-		{name: "forget", cap: 10, ops: []op{
-			{insert: []uint64{1, 2, 3}}, {forget: []uint64{2, 42}},
-			{match: []uint64{1, 2, 3}, want: 1},
+		{name: "match is the held leading run", cap: 10, ops: []op{
+			{insert: []uint64{1, 2, 3, 4, 5}}, {insert: []uint64{1, 2, 6}},
+			{match: []uint64{1, 2, 3, 4, 5}, want: 5}, {match: []uint64{1, 2, 3, 4, 5, 7, 8}, want: 5},
+			{match: []uint64{1, 2, 7}, want: 2}, {match: []uint64{1, 2, 6, 8}, want: 3},
 			// Chains are matched from their head: 3 is held, but no chain
 			// inserted began with it.
-			{match: []uint64{3}, want: 0},
-		}, len: 2},
+			{match: []uint64{3, 4, 5}, want: 0},
+			{match: nil, want: 0},
+		}, len: 6},
 		{name: "purge", cap: 10, ops: []op{
 			{insert: []uint64{1, 2, 3}}, {purge: true}, {match: []uint64{1}, want: 0},
 			{insert: []uint64{7}}, {match: []uint64{7}, want: 1},
@@ -75,8 +72,6 @@ func TestIndex(t *testing.T) {
 				switch {
 				case o.insert != nil:
 					ix.Insert(o.insert)
-				case o.forget != nil:
-					ix.Forget(o.forget)
 				case o.purge:
 					ix.Purge()
 				case o.capacity > 0:
@@ -99,7 +94,7 @@ func TestIndexDefaultsAndNil(t *testing.T) {
 
 	var none *Index
 	none.Insert([]uint64{1})
-	none.Forget([]uint64{1})
+	assert.Zero(t, none.MatchInsert([]uint64{1}))
 	none.Purge()
 	assert.Zero(t, none.Match([]uint64{1}))
 	assert.Zero(t, none.Len())
@@ -118,7 +113,7 @@ func TestIndexConcurrent(t *testing.T) {
 				ix.Insert(chain)
 				ix.Match(chain)
 				if i%50 == 0 {
-					ix.Forget(chain[1:])
+					ix.MatchInsert(chain[:2])
 				}
 				if i%200 == 0 && g == 0 {
 					ix.SetCapacity(50 + int(i%100))
@@ -154,7 +149,7 @@ func TestIndexBytesPerEntry(t *testing.T) {
 }
 
 // TestIndexHeadFilter proves that the lock-free head filter never hides a
-// held chain: over random inserts, forgets, purges and resizes, Match
+// held chain: over random inserts, re-placements, purges and resizes, Match
 // equals a plain walk of the LRU for chains starting at a head, and the
 // filter answered alone for heads never inserted.
 func TestIndexHeadFilter(t *testing.T) {
@@ -172,8 +167,7 @@ func TestIndexHeadFilter(t *testing.T) {
 			chains = append(chains, c)
 			ix.Insert(c)
 		case k < 35 && len(chains) > 0:
-			c := chains[r.IntN(len(chains))]
-			ix.Forget(c[r.IntN(len(c)):])
+			ix.MatchInsert(chains[r.IntN(len(chains))])
 		case k == 35 && r.IntN(20) == 0:
 			ix.Purge()
 		case k == 36:
@@ -208,4 +202,82 @@ func TestIndexHeadFilter(t *testing.T) {
 	if short < 1000 || looked < 1000 {
 		t.Fatalf("filter answered alone %d times, looked %d times: too few of either", short, looked)
 	}
+}
+
+// TestIndexLeadingRun proves the bisection of Match: over chains that
+// share prefixes as prompts do (each block's key stands for its whole
+// prefix), placed, re-placed and evicted under a small, changing capacity,
+// what the index holds of any chain is a leading run, and Match equals a
+// walk of every block. The counts show that every kind of answer was met:
+// nothing held, part of a chain, all of it.
+func TestIndexLeadingRun(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	ix := NewIndex(48)
+	var chains [][]uint64
+	next := uint64(1)
+	grow := func(base []uint64, n int) []uint64 {
+		c := append([]uint64(nil), base...)
+		for range n {
+			c = append(c, mix64(next))
+			next++
+		}
+		return c
+	}
+	var none, partial, whole int
+	for op := range 30000 {
+		switch k := r.IntN(100); {
+		case k < 15 || len(chains) == 0:
+			// A new prompt: a prefix of an earlier one (a shared system
+			// prompt, an earlier turn) and blocks of its own.
+			var base []uint64
+			if len(chains) > 0 && r.IntN(3) > 0 {
+				b := chains[r.IntN(len(chains))]
+				base = b[:1+r.IntN(len(b))]
+			}
+			c := grow(base, 1+r.IntN(12))
+			chains = append(chains, c)
+			ix.MatchInsert(c)
+		case k < 45:
+			ix.MatchInsert(chains[r.IntN(len(chains))])
+		case k == 45:
+			ix.SetCapacity(8 + r.IntN(160))
+		case k == 46 && r.IntN(50) == 0:
+			ix.Purge()
+		default:
+			c := chains[max(0, len(chains)-1-r.IntN(24))] // mostly recent ones
+			if r.IntN(4) == 0 {
+				c = grow(c[:1+r.IntN(len(c))], 1+r.IntN(4)) // a follow-up never sent
+			}
+			ix.mu.Lock()
+			want, run := 0, true
+			for i, b := range c {
+				held := ix.lru.Contains(b)
+				if held && !run {
+					ix.mu.Unlock()
+					t.Fatalf("op %d: block %d of a chain held after a gap", op, i)
+				}
+				if held {
+					want++
+				} else {
+					run = false
+				}
+			}
+			ix.mu.Unlock()
+			if got := ix.Match(c); got != want {
+				t.Fatalf("op %d: Match = %d, a walk of the chain finds %d", op, got, want)
+			}
+			switch want {
+			case 0:
+				none++
+			case len(c):
+				whole++
+			default:
+				partial++
+			}
+		}
+	}
+	t.Logf("matches: %d none, %d partial, %d whole", none, partial, whole)
+	assert.Greater(t, none, 500)
+	assert.Greater(t, partial, 500)
+	assert.Greater(t, whole, 500)
 }

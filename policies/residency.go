@@ -182,11 +182,10 @@ func (b *Belief) Place(keys Keys) Placement {
 	if keys.BlockBytes > 0 {
 		b.useBlockBytes(keys.BlockBytes)
 	}
-	p := Placement{Predicted: b.index.Match(keys.Blocks)}
 	if len(keys.Blocks) == 0 {
-		return p
+		return Placement{}
 	}
-	b.index.Insert(keys.Blocks)
+	p := Placement{Predicted: b.index.MatchInsert(keys.Blocks)}
 	p.Head = keys.Blocks[0]
 	b.mu.Lock()
 	if b.pending == nil {
