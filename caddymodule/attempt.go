@@ -55,7 +55,7 @@ type attemptRules struct {
 // at once. After a cooldown the first attempt is the probe.
 func (s *replicaState) reserve(now time.Time, limit int, rules *attemptRules) (*attempt, bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if s.availableLocked(now, limit) != availOK {
 		return nil, false
 	}
@@ -85,7 +85,7 @@ func (a *attempt) placeKeys(keys policies.Keys) {
 		s.belief.EndPending(pl.Head)
 		a.place.Head = 0
 	}
-	s.mu.Unlock()
+	s.mu.Unlock() // nothing snapshot reads changed: addPending publishes
 	if !ended {
 		addPending(a, policies.UncachedBytes(keys, pl.Predicted))
 	}
@@ -119,7 +119,7 @@ func (a *attempt) firstByte() {
 	s.mu.Lock()
 	a.endPrefillLocked()
 	s.dialTimeouts = 0
-	s.mu.Unlock()
+	s.unlock()
 }
 
 // answered records the status of the response headers relayed to the
@@ -144,7 +144,7 @@ func (a *attempt) answered(status int) {
 			passed = s.trustLocked()
 		}
 	}
-	s.mu.Unlock()
+	s.unlock()
 	if passed {
 		waiters.wakeAllFor(s.addr)
 	}
@@ -183,7 +183,7 @@ func (a *attempt) end(o outcome) {
 		case outcomeFailure:
 			cooled = s.failedLocked(s.clk.Now(), a.started, a.probe, o, a.rules.cd)
 		}
-		s.mu.Unlock()
+		s.unlock()
 		for range drained {
 			releaseReplica(s.addr)
 		}

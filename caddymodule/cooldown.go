@@ -95,7 +95,7 @@ func (s *replicaState) forgiveStatusFail(id uint64) {
 // recently failed replica when every replica would otherwise be out.
 func (s *replicaState) endStatusCooldown(now time.Time) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if s.coolReason != reasonStatus || !now.Before(s.coolUntil) {
 		return false
 	}

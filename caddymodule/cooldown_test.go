@@ -78,7 +78,7 @@ func TestProbeStatusFailureCoolsAtOnce(t *testing.T) {
 	rules := &attemptRules{cd: cooldownConfig{base: time.Second, max: time.Minute, statusFails: 3}}
 	st.mu.Lock()
 	st.failLocked(clk.Now(), reasonStatus, 0, rules.cd)
-	st.mu.Unlock()
+	st.unlock()
 	clk.Advance(2 * time.Second)
 	a, ok := st.reserve(clk.Now(), 0, rules)
 	require.True(t, ok)
@@ -111,7 +111,7 @@ func TestJudgeBlamesTheRequest(t *testing.T) {
 	rc.endCurrent(fail500) // counted on a: cools it (two distinct)
 	a.mu.Lock()
 	a.coolUntil = time.Time{} // let a serve again for the check below
-	a.mu.Unlock()
+	a.unlock()
 
 	second, _ := b.reserve(clk.Now(), 0, rules)
 	require.True(t, rc.begin(second))

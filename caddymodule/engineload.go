@@ -63,7 +63,7 @@ func (s *replicaState) apply(now time.Time, smp engineSample, staleAfter time.Du
 		// Metrics without load figures tell us nothing: unknown, not idle.
 		s.engine.at = time.Time{}
 	}
-	s.mu.Unlock()
+	s.unlock()
 	if s.belief.Engine(policies.EngineCache{NumBlocks: smp.numBlocks, BlockTokens: smp.blockSize, PrefixQueries: smp.queries}) {
 		metricIndexPurges.WithLabelValues(s.addr, policies.PurgeCountersReset).Inc()
 	}
@@ -73,5 +73,5 @@ func (s *replicaState) apply(now time.Time, smp engineSample, staleAfter time.Du
 func (s *replicaState) scrapeFailed(msg string) {
 	s.mu.Lock()
 	s.engine.lastErr = msg
-	s.mu.Unlock()
+	s.unlock()
 }

@@ -11,8 +11,8 @@ package caddymodule
 // this ledger reads from the attempt itself rather than being told: the
 // sum is taken at each decision, over the entries still prefilling, and
 // drops the others as it goes. The entries live in the replica's state,
-// under its lock, so that a decision reads them with the rest of the
-// replica (replicaState.snapshot) in one lock.
+// under its lock; the sum is published with the rest of the replica's live
+// view (live.go) whenever an entry is added or an attempt's prefill ends.
 
 // prefillEntry is one attempt's contribution.
 type prefillEntry struct {
@@ -29,7 +29,7 @@ func addPending(a *attempt, bytes int) {
 	s := a.rep
 	s.mu.Lock()
 	s.prefill = append(s.prefill, prefillEntry{a: a, bytes: bytes})
-	s.mu.Unlock()
+	s.unlock()
 }
 
 // pendingPrefill is the replica's pending prefill now, in bytes.

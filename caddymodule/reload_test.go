@@ -239,7 +239,7 @@ func TestJoiningReplicaNoStampede(t *testing.T) {
 			st := v.(*replicaState)
 			st.mu.Lock()
 			st.firstSeen = time.Now().Add(-time.Hour)
-			st.mu.Unlock()
+			st.unlock()
 		}
 		return true
 	})

@@ -81,12 +81,19 @@ type replicaState struct {
 	engine engineLoad
 	// prefill lists the attempts' pending prefill (prefill.go).
 	prefill []prefillEntry
+
+	// live is what selections read without the lock (live.go); unlock
+	// publishes it.
+	live replicaLive
 }
 
 // newReplicaState returns the state of a replica llmroute has not seen
 // before, on clock clk.
 func newReplicaState(addr string, clk clockwork.Clock) *replicaState {
-	return &replicaState{addr: addr, addrHash: policies.HashAddr(addr), clk: clk, belief: policies.NewBelief(defaultIndexBlocks), firstSeen: clk.Now()}
+	s := &replicaState{addr: addr, addrHash: policies.HashAddr(addr), clk: clk, belief: policies.NewBelief(defaultIndexBlocks), firstSeen: clk.Now()}
+	s.mu.Lock()
+	s.unlock()
+	return s
 }
 
 // Destruct implements caddy.Destructor; it stops the cooldown timer.
@@ -136,7 +143,7 @@ func (s *replicaState) rejoin(now time.Time) {
 		s.departed = false
 		s.firstSeen = now
 	}
-	s.mu.Unlock()
+	s.unlock()
 }
 
 // availability describes why a replica can or cannot take a request now.
@@ -178,23 +185,6 @@ type replicaView struct {
 	pending int
 }
 
-// snapshot returns the fields a strategy needs, under one lock: with cap
-// limit, ramped by slowStart (slowStartLimitLocked), and the pending
-// prefill. A selection takes one lock per replica, here.
-func (s *replicaState) snapshot(now time.Time, limit int, slowStart time.Duration) replicaView {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	limit = s.slowStartLimitLocked(now, limit, slowStart)
-	v := replicaView{limit: limit, inFlight: s.inFlight, prefilling: s.prefilling, avail: s.availableLocked(now, limit)}
-	if now.Before(s.coolUntil) {
-		v.coolLeft = s.coolUntil.Sub(now)
-		v.coolReason, v.failedAt = s.coolReason, s.failedAt
-	}
-	v.waiting, v.running, v.kv = s.engine.view(now)
-	v.pending = s.pendingPrefillLocked()
-	return v
-}
-
 // slowStartLimit is slowStartLimitLocked under the replica's lock.
 func (s *replicaState) slowStartLimit(now time.Time, limit int, slowStart time.Duration) int {
 	s.mu.Lock()
@@ -202,14 +192,21 @@ func (s *replicaState) slowStartLimit(now time.Time, limit int, slowStart time.D
 	return s.slowStartLimitLocked(now, limit, slowStart)
 }
 
-// slowStartLimitLocked ramps a new replica's cap linearly over slowStart,
-// so that a replica that joins (a scale-up, a dynamic upstream) takes load
-// gradually instead of a stampede of every request that finds it idle.
+// slowStartLimitLocked ramps a new replica's cap linearly over slowStart
+// (slowStartLimitAt).
 func (s *replicaState) slowStartLimitLocked(now time.Time, limit int, slowStart time.Duration) int {
+	return slowStartLimitAt(now, s.firstSeen, limit, slowStart)
+}
+
+// slowStartLimitAt ramps the cap of a replica first seen at firstSeen
+// linearly over slowStart, so that a replica that joins (a scale-up, a
+// dynamic upstream) takes load gradually instead of a stampede of every
+// request that finds it idle.
+func slowStartLimitAt(now, firstSeen time.Time, limit int, slowStart time.Duration) int {
 	if slowStart <= 0 || limit <= 0 {
 		return limit
 	}
-	age := now.Sub(s.firstSeen)
+	age := now.Sub(firstSeen)
 	if age >= slowStart {
 		return limit
 	}
