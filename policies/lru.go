@@ -1,0 +1,125 @@
+package policies
+
+import "math"
+
+// blockLRU is the residency index's store: a bounded set of block hashes in
+// least-recently-used order, with the semantics of golang-lru's simplelru
+// (Add moves a held key to the front, a new key past the capacity evicts
+// the least recent, Contains does not touch recency, Resize evicts from the
+// back) and no pointers: the keys' order is a doubly linked list of slot
+// indices in one slice, found through a map from key to slot. Neither the
+// slice nor the map holds a pointer, so the garbage collector does not walk
+// them: simplelru's list elements are one heap object with three pointers
+// per block, which a large pool's indexes (64 replicas at
+// DefaultIndexCapacity are a million blocks) make the collector visit on
+// every cycle (BenchmarkIndexGC). It also takes half the memory
+// (TestIndexBytesPerEntry).
+//
+// It is not safe for concurrent use; Index locks around it.
+type blockLRU struct {
+	// slots[0] is the list's sentinel: its next is the most recent key,
+	// its prev the least recent. Slots of evicted keys are reused
+	// through free.
+	slots []lruSlot
+	at    map[uint64]int32
+	// free is the first reusable slot (chained through next), 0 for none.
+	free int32
+	len  int
+	size int
+}
+
+// lruSlot is one key and its neighbours in recency order.
+type lruSlot struct {
+	key        uint64
+	prev, next int32
+}
+
+// maxLRUSize bounds a blockLRU: slot indices are int32.
+const maxLRUSize = math.MaxInt32 - 1
+
+// newBlockLRU returns an empty store holding at most size keys (>= 1).
+func newBlockLRU(size int) *blockLRU {
+	l := &blockLRU{at: map[uint64]int32{}}
+	l.slots = make([]lruSlot, 1, 1+min(size, 1024))
+	l.size = min(size, maxLRUSize)
+	return l
+}
+
+// Contains reports whether key is held, without touching recency.
+func (l *blockLRU) Contains(key uint64) bool {
+	_, ok := l.at[key]
+	return ok
+}
+
+// Add makes key the most recent, adding it (and evicting the least recent
+// key past the capacity) when it is not held.
+func (l *blockLRU) Add(key uint64) {
+	if i, ok := l.at[key]; ok {
+		l.unlink(i)
+		l.pushFront(i)
+		return
+	}
+	if l.len >= l.size {
+		l.removeOldest()
+	}
+	var i int32
+	if l.free != 0 {
+		i = l.free
+		l.free = l.slots[i].next
+	} else {
+		l.slots = append(l.slots, lruSlot{})
+		i = int32(len(l.slots) - 1)
+	}
+	l.slots[i].key = key
+	l.pushFront(i)
+	l.at[key] = i
+	l.len++
+}
+
+// Len returns the number of keys held.
+func (l *blockLRU) Len() int { return l.len }
+
+// Resize changes the capacity, evicting the least recent keys past it.
+func (l *blockLRU) Resize(size int) {
+	l.size = min(max(size, 1), maxLRUSize)
+	for l.len > l.size {
+		l.removeOldest()
+	}
+}
+
+// Purge removes every key.
+func (l *blockLRU) Purge() {
+	clear(l.at)
+	l.slots = l.slots[:1]
+	l.slots[0] = lruSlot{}
+	l.free, l.len = 0, 0
+}
+
+// removeOldest evicts the least recent key.
+func (l *blockLRU) removeOldest() {
+	i := l.slots[0].prev
+	if i == 0 {
+		return
+	}
+	l.unlink(i)
+	delete(l.at, l.slots[i].key)
+	l.slots[i] = lruSlot{next: l.free}
+	l.free = i
+	l.len--
+}
+
+// unlink takes slot i out of the recency list.
+func (l *blockLRU) unlink(i int32) {
+	s := &l.slots[i]
+	l.slots[s.prev].next = s.next
+	l.slots[s.next].prev = s.prev
+}
+
+// pushFront links slot i as the most recent.
+func (l *blockLRU) pushFront(i int32) {
+	head := &l.slots[0]
+	first := head.next
+	l.slots[i].prev, l.slots[i].next = 0, first
+	l.slots[first].prev = i
+	l.slots[0].next = i
+}
