@@ -54,13 +54,16 @@ func FuzzScanUsage(f *testing.F) {
 }
 
 // TestMarksMatchContains proves marks says what bytes.Contains of each
-// pattern says.
+// pattern says, on short and long mixes of the patterns, their fragments
+// and the bytes around them, at every alignment; the counts show both
+// answers of each mark were met.
 func TestMarksMatchContains(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
-	pieces := []string{`"finish_reason":"`, `"finish_reason": "`, `"type":"message_stop"`, `"usage"`, `"timings"`, `"tokens_cached"`, `"`, `x`, `finish_reason`, `"usag`, `:`, ` `}
-	for range 20000 {
+	pieces := []string{`"finish_reason":"`, `"finish_reason": "`, `"type":"message_stop"`, `"usage"`, `"timings"`, `"tokens_cached"`, `"`, `x`, `finish_reason`, `"usag`, `:`, ` `, `"#`, `""`, `"content":" token"`, "\""}
+	var finishes, usages, n int
+	for range 40000 {
 		var b []byte
-		for range r.IntN(8) {
+		for range r.IntN(24) {
 			b = append(b, pieces[r.IntN(len(pieces))]...)
 		}
 		finish, usage := marks(b)
@@ -68,6 +71,31 @@ func TestMarksMatchContains(t *testing.T) {
 		wantU := bytes.Contains(b, []byte(`"usage"`)) || bytes.Contains(b, []byte(`"timings"`)) || bytes.Contains(b, []byte(`"tokens_cached"`))
 		if finish != wantF || usage != wantU {
 			t.Fatalf("marks(%q) = %v %v, Contains %v %v", b, finish, usage, wantF, wantU)
+		}
+		n++
+		if finish {
+			finishes++
+		}
+		if usage {
+			usages++
+		}
+	}
+	t.Logf("%d docs: %d with a finish mark, %d with a usage mark", n, finishes, usages)
+	for _, c := range []int{finishes, usages, n - finishes, n - usages} {
+		if c < 5000 {
+			t.Fatalf("too few of one answer: %d finish, %d usage of %d", finishes, usages, n)
+		}
+	}
+}
+
+// BenchmarkMarks looks for the finish and usage marks in a content chunk,
+// as the usage sniffer does for every streamed event.
+func BenchmarkMarks(b *testing.B) {
+	doc := benchSSEChunk[len("data: ") : len(benchSSEChunk)-2]
+	b.SetBytes(int64(len(doc)))
+	for b.Loop() {
+		if f, u := marks(doc); f || u {
+			b.Fatal("a content chunk has no mark")
 		}
 	}
 }
