@@ -66,9 +66,10 @@ func (sc *selectScratch) release() {
 // since, whose fresh state would then forget its slow start and in-flight
 // count) nor brings back a replica that left since.
 //
-// Its cost is one lock per replica (snapshot) and the strategy's pick:
-// the replicas' states come from the last pool resolved (statesOf), the
-// tried list is read once, and the view is pooled.
+// Its cost is a lock-free read of each replica (snapshot, live.go), the
+// strategy's pick and one lock on the pick (reserve): the replicas' states
+// come from the last pool resolved (statesOf), the tried list is read
+// once, and the view is pooled.
 func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request, rc *routeCtx, keys policies.Keys, start time.Time, queued bool) (*reverseproxy.Upstream, selectResult) {
 	now := p.clock.Now()
 	sc := scratches.Get().(*selectScratch)
