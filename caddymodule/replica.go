@@ -19,7 +19,7 @@ var replicas = caddy.NewUsagePool()
 
 // defaultIndexBlocks is the residency index capacity used until the engine
 // reports its own cache size: 16k blocks of 128 bytes believe at most 2 MiB
-// of prompt text per replica, and cost about 0.7 MiB of router memory.
+// of prompt text per replica, and cost about 0.6 MiB of router memory.
 const defaultIndexBlocks = policies.DefaultIndexCapacity
 
 // replicaState is what llmroute knows of one replica: its load, its health

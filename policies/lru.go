@@ -67,6 +67,13 @@ func (l *blockLRU) Add(key uint64) {
 		i = l.free
 		l.free = l.slots[i].next
 	} else {
+		if len(l.slots) == cap(l.slots) {
+			// Grow by doubling, but never past the capacity (and its
+			// sentinel): a full store holds no unused slots.
+			grown := make([]lruSlot, len(l.slots), min(2*cap(l.slots), l.size+1))
+			copy(grown, l.slots)
+			l.slots = grown
+		}
 		l.slots = append(l.slots, lruSlot{})
 		i = int32(len(l.slots) - 1)
 	}
