@@ -151,6 +151,50 @@ func BenchmarkSelect(b *testing.B) {
 	}
 }
 
+// BenchmarkSelectParallel is BenchmarkSelect/prefix_load with selections
+// running on every CPU at once (b.RunParallel), as under concurrent
+// traffic: what one selection costs while the others read the same
+// replicas' state.
+func BenchmarkSelectParallel(b *testing.B) {
+	const nBodies = 64
+	bodies := benchBodies(nBodies, 4<<10, 8, false)
+	reqs := make([]*policies.Request, nBodies)
+	for i, body := range bodies {
+		var err error
+		if reqs[i], err = policies.Parse("/v1/chat/completions", body, policies.ParseConfig{Deployment: "bench"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, n := range []int{64, 512} {
+		b.Run(fmt.Sprintf("prefix_load/%d", n), func(b *testing.B) {
+			p := benchPolicy(b, "prefix_load", 1<<20)
+			pool := benchPool(fmt.Sprintf("select-parallel-%d", n), n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				r, vars := benchRequest(b, nil)
+				i := 0
+				for pb.Next() {
+					rc := newRouteCtx(time.Now(), reqs[i%nBodies], nil)
+					i++
+					vars[routeVarKey] = rc
+					if p.Select(pool, r, nil) == nil {
+						b.Error("no upstream")
+						return
+					}
+					rc.finish(succeeded)
+				}
+			})
+			b.StopTimer()
+			for _, u := range pool {
+				if n := p.state(u.String()).inFlightNow(); n != 0 {
+					b.Fatalf("%s: %d reservations left", u, n)
+				}
+			}
+		})
+	}
+}
+
 // benchWriter is a ResponseWriter that keeps nothing.
 type benchWriter struct{ h http.Header }
 
