@@ -21,10 +21,13 @@ import (
 // still copies from it, even one that outlived its attempt. Once the
 // request is settled (routeCtx.finish) every reader is cut off (a later
 // Read fails) and the buffer goes back when the last Read in progress
-// ends. A smaller body is not pooled and its readers are the plain
-// in-memory readers Go's transport recognises (it then sends the headers
-// and a small body in one write; from pooledBodyMin on, the body is
-// written apart from the headers anyway).
+// ends. A body under pooledBodyMin is not pooled (its allocation is small)
+// and its readers are plain in-memory readers. Go's transport would send
+// the headers and such a body in one write, but reverse_proxy wraps every
+// request body before the transport sees it, so under Caddy the body is
+// written apart from the headers whatever its reader: nothing is lost by
+// pooling down to 1 KiB, and a 4 KiB prompt's body (about half of what a
+// request allocated of llmroute's own) no longer goes to the collector.
 
 // includeUsageField is what withIncludeUsage inserts; bodyHeadroom is the
 // room kept for it before the body.
@@ -34,7 +37,7 @@ const (
 )
 
 // pooledBodyMin is the smallest body read into a pooled buffer.
-const pooledBodyMin = 4 << 10
+const pooledBodyMin = 1 << 10
 
 // bodyBuf is one request's body buffer: the body is b[off:off+n].
 type bodyBuf struct {
@@ -55,10 +58,10 @@ type bodyBuf struct {
 	gen uint64
 }
 
-// Pool classes: capacities of 2^k and 3*2^(k-1) bytes, from 8 KiB to the
+// Pool classes: capacities of 2^k and 3*2^(k-1) bytes, from 2 KiB to the
 // largest body (a pooled buffer wastes at most a third of itself).
 const (
-	minBodyClassBits = 13
+	minBodyClassBits = 11
 	maxBodyClassBits = 25 // 32 MiB: past it, buffers are not pooled
 )
 
