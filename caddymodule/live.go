@@ -67,17 +67,16 @@ func (s *replicaState) snapshot(now time.Time, limit int, slowStart time.Duratio
 	limit = slowStartLimitAt(now, firstSeen, limit, slowStart)
 	v := replicaView{limit: limit, inFlight: int(l.inFlight.Load()), prefilling: int(l.prefilling.Load()),
 		pending: int(l.pending.Load()), waiting: -1, running: -1, kv: -1}
-	switch p := l.coolUntil.Load(); {
-	case p != nil && now.Before(*p):
-		v.avail = availCooling
-		v.coolLeft = p.Sub(now)
+	var coolUntil time.Time
+	if p := l.coolUntil.Load(); p != nil {
+		coolUntil = *p
+	}
+	v.avail = availabilityAt(now, coolUntil, l.probing.Load(), v.inFlight, limit)
+	if v.avail == availCooling {
+		v.coolLeft = coolUntil.Sub(now)
 		s.mu.Lock()
 		v.coolReason, v.failedAt = s.coolReason, s.failedAt
 		s.mu.Unlock()
-	case l.probing.Load():
-		v.avail = availProbing
-	case limit > 0 && v.inFlight >= limit:
-		v.avail = availFull
 	}
 	if e := l.engine.Load(); e != nil {
 		v.waiting, v.running, v.kv = e.view(now)

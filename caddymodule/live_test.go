@@ -17,7 +17,7 @@ import (
 func lockedView(s *replicaState, now time.Time, limit int, slowStart time.Duration) replicaView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	limit = s.slowStartLimitLocked(now, limit, slowStart)
+	limit = slowStartLimitAt(now, s.firstSeen, limit, slowStart)
 	v := replicaView{limit: limit, inFlight: s.inFlight, prefilling: s.prefilling, avail: s.availableLocked(now, limit)}
 	if now.Before(s.coolUntil) {
 		v.coolLeft = s.coolUntil.Sub(now)

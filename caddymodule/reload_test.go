@@ -205,15 +205,14 @@ func TestDeparturePurgesIndex(t *testing.T) {
 // configured cap over slow_start.
 func TestSlowStartRampsCap(t *testing.T) {
 	now := time.Now()
-	st := &replicaState{firstSeen: now}
 	cases := []struct {
 		age  time.Duration
 		want int
 	}{{0, 1}, {250 * time.Millisecond, 2}, {500 * time.Millisecond, 4}, {time.Second, 8}, {time.Hour, 8}}
 	for _, c := range cases {
-		assert.Equal(t, c.want, st.slowStartLimit(now.Add(c.age), 8, time.Second), "age %v", c.age)
+		assert.Equal(t, c.want, slowStartLimitAt(now.Add(c.age), now, 8, time.Second), "age %v", c.age)
 	}
-	assert.Equal(t, 8, st.slowStartLimit(now, 8, 0), "off by default")
+	assert.Equal(t, 8, slowStartLimitAt(now, now, 8, 0), "off by default")
 }
 
 // TestJoiningReplicaNoStampede proves, through Caddy, that a replica that

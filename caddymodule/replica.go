@@ -158,19 +158,25 @@ const (
 
 // availableLocked reports whether the replica can take a request now.
 func (s *replicaState) availableLocked(now time.Time, limit int) availability {
-	if now.Before(s.coolUntil) {
+	return availabilityAt(now, s.coolUntil, s.needProbe && s.probing, s.inFlight, limit)
+}
+
+// availabilityAt is the rule both the reservation (availableLocked) and
+// the lock-free view (snapshot) apply: cooling until coolUntil, then a
+// probe in flight (probeBusy), then the cap.
+func availabilityAt(now, coolUntil time.Time, probeBusy bool, inFlight, limit int) availability {
+	switch {
+	case now.Before(coolUntil):
 		return availCooling
-	}
-	if s.needProbe && s.probing {
+	case probeBusy:
 		return availProbing
-	}
-	if limit > 0 && s.inFlight >= limit {
+	case limit > 0 && inFlight >= limit:
 		return availFull
 	}
 	return availOK
 }
 
-// replicaView is what one selection reads of a replica, under one lock.
+// replicaView is what one selection reads of a replica (snapshot).
 type replicaView struct {
 	// limit is the cap in force (slow start applied).
 	limit                int
@@ -183,19 +189,6 @@ type replicaView struct {
 	kv                   float64
 	// pending is the replica's pending prefill in bytes (prefill.go).
 	pending int
-}
-
-// slowStartLimit is slowStartLimitLocked under the replica's lock.
-func (s *replicaState) slowStartLimit(now time.Time, limit int, slowStart time.Duration) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.slowStartLimitLocked(now, limit, slowStart)
-}
-
-// slowStartLimitLocked ramps a new replica's cap linearly over slowStart
-// (slowStartLimitAt).
-func (s *replicaState) slowStartLimitLocked(now time.Time, limit int, slowStart time.Duration) int {
-	return slowStartLimitAt(now, s.firstSeen, limit, slowStart)
 }
 
 // slowStartLimitAt ramps the cap of a replica first seen at firstSeen
