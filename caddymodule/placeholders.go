@@ -20,11 +20,11 @@ import (
 // placeholderPrefix begins every placeholder llm_route answers.
 const placeholderPrefix = "llm."
 
-// placeholderValues are what the placeholders answer; the handler fills
-// them in before the request goes on, and nothing changes them after.
+// placeholderValues are what the placeholders answer beyond the routing
+// context's own request and session; the handler fills them in before the
+// request goes on, and nothing changes them after.
 type placeholderValues struct {
-	model, endpoint, session string
-	stream                   bool
+	endpoint string
 	// named is set once the tenant is known: tenant and band answer
 	// {llm.tenant} and {llm.priority} from then on.
 	named  bool
@@ -48,13 +48,16 @@ func (rc *routeCtx) placeholder(key string) (any, bool) {
 	v := &rc.ph
 	switch name {
 	case "model":
-		return v.model, true
+		if rc.req == nil {
+			return "", true
+		}
+		return rc.req.Model, true
 	case "endpoint":
 		return v.endpoint, true
 	case "stream":
-		return v.stream, true
+		return rc.req != nil && rc.req.Stream, true
 	case "session":
-		return v.session, true
+		return rc.session, true
 	case "tenant":
 		return v.tenant, v.named
 	case "priority":

@@ -55,10 +55,8 @@ var defaultSessionHeaders = []string{"X-Session-Id", "X-Session-Affinity", "X-Cl
 // (placeholders.go).
 func (h *LLMRoute) describe(r *http.Request, rc *routeCtx) {
 	rc.session = h.sessionOf(r, rc.req)
-	rc.ph.session = rc.session
 	rc.ph.endpoint = endpointName(r.URL.Path)
 	if rc.req != nil {
-		rc.ph.model, rc.ph.stream = rc.req.Model, rc.req.Stream
 		rc.sessionKey = sessionKey(rc.req.Model, rc.session)
 		rc.pin, rc.pinKey = stateHome(rc.req)
 	}
