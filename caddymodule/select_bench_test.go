@@ -103,16 +103,42 @@ func benchRequest(b *testing.B, body []byte) (*http.Request, map[string]any) {
 	return r, vars
 }
 
-func BenchmarkSelect(b *testing.B) {
-	const nBodies = 64
-	bodies := benchBodies(nBodies, 4<<10, 8, false)
-	reqs := make([]*policies.Request, nBodies)
+// benchRequests parses 64 bench bodies of 4 KiB, 8 tenants' prompts.
+func benchRequests(b *testing.B) []*policies.Request {
+	bodies := benchBodies(64, 4<<10, 8, false)
+	reqs := make([]*policies.Request, len(bodies))
 	for i, body := range bodies {
 		var err error
 		if reqs[i], err = policies.Parse("/v1/chat/completions", body, policies.ParseConfig{Deployment: "bench"}); err != nil {
 			b.Fatal(err)
 		}
 	}
+	return reqs
+}
+
+// selectOnce routes req through p as llm_route would (its routing context
+// in r's vars) and settles it; false when no upstream was chosen.
+func selectOnce(p *LLMSelection, pool reverseproxy.UpstreamPool, r *http.Request, vars map[string]any, req *policies.Request) bool {
+	rc := newRouteCtx(time.Now(), req, nil)
+	vars[routeVarKey] = rc
+	if p.Select(pool, r, nil) == nil {
+		return false
+	}
+	rc.finish(succeeded)
+	return true
+}
+
+// checkNoReservations fails b if any replica of pool still holds one.
+func checkNoReservations(b *testing.B, p *LLMSelection, pool reverseproxy.UpstreamPool) {
+	for _, u := range pool {
+		if n := p.state(u.String()).inFlightNow(); n != 0 {
+			b.Fatalf("%s: %d reservations left", u, n)
+		}
+	}
+}
+
+func BenchmarkSelect(b *testing.B) {
+	reqs := benchRequests(b)
 	for _, strategy := range []string{"round_robin", "prefix_affinity", "least_load", "prefix_load"} {
 		for _, n := range []int{8, 64, 512} {
 			b.Run(fmt.Sprintf("%s/%d", strategy, n), func(b *testing.B) {
@@ -120,32 +146,22 @@ func BenchmarkSelect(b *testing.B) {
 				pool := benchPool("select-"+strategy, n)
 				r, vars := benchRequest(b, nil)
 				// Warm the indexes: every body once.
-				for i := range reqs {
-					rc := newRouteCtx(time.Now(), reqs[i], nil)
-					vars[routeVarKey] = rc
-					if p.Select(pool, r, nil) == nil {
+				for _, req := range reqs {
+					if !selectOnce(p, pool, r, vars, req) {
 						b.Fatal("no upstream")
 					}
-					rc.finish(succeeded)
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
 				i := 0
 				for b.Loop() {
-					rc := newRouteCtx(time.Now(), reqs[i%nBodies], nil)
-					i++
-					vars[routeVarKey] = rc
-					if p.Select(pool, r, nil) == nil {
+					if !selectOnce(p, pool, r, vars, reqs[i%len(reqs)]) {
 						b.Fatal("no upstream")
 					}
-					rc.finish(succeeded)
+					i++
 				}
 				b.StopTimer()
-				for _, u := range pool {
-					if n := p.state(u.String()).inFlightNow(); n != 0 {
-						b.Fatalf("%s: %d reservations left", u, n)
-					}
-				}
+				checkNoReservations(b, p, pool)
 			})
 		}
 	}
@@ -156,15 +172,7 @@ func BenchmarkSelect(b *testing.B) {
 // traffic: what one selection costs while the others read the same
 // replicas' state.
 func BenchmarkSelectParallel(b *testing.B) {
-	const nBodies = 64
-	bodies := benchBodies(nBodies, 4<<10, 8, false)
-	reqs := make([]*policies.Request, nBodies)
-	for i, body := range bodies {
-		var err error
-		if reqs[i], err = policies.Parse("/v1/chat/completions", body, policies.ParseConfig{Deployment: "bench"}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	reqs := benchRequests(b)
 	for _, n := range []int{64, 512} {
 		b.Run(fmt.Sprintf("prefix_load/%d", n), func(b *testing.B) {
 			p := benchPolicy(b, "prefix_load", 1<<20)
@@ -175,22 +183,15 @@ func BenchmarkSelectParallel(b *testing.B) {
 				r, vars := benchRequest(b, nil)
 				i := 0
 				for pb.Next() {
-					rc := newRouteCtx(time.Now(), reqs[i%nBodies], nil)
-					i++
-					vars[routeVarKey] = rc
-					if p.Select(pool, r, nil) == nil {
+					if !selectOnce(p, pool, r, vars, reqs[i%len(reqs)]) {
 						b.Error("no upstream")
 						return
 					}
-					rc.finish(succeeded)
+					i++
 				}
 			})
 			b.StopTimer()
-			for _, u := range pool {
-				if n := p.state(u.String()).inFlightNow(); n != 0 {
-					b.Fatalf("%s: %d reservations left", u, n)
-				}
-			}
+			checkNoReservations(b, p, pool)
 		})
 	}
 }
@@ -280,11 +281,7 @@ func BenchmarkHandler(b *testing.B) {
 					i++
 				}
 				b.StopTimer()
-				for _, u := range pool {
-					if n := p.state(u.String()).inFlightNow(); n != 0 {
-						b.Fatalf("%s: %d reservations left", u, n)
-					}
-				}
+				checkNoReservations(b, p, pool)
 			})
 		}
 	}

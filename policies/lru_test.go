@@ -25,7 +25,7 @@ func TestBlockLRUMatchesSimpleLRU(t *testing.T) {
 			key := uint64(r.IntN(120))
 			if ref.Contains(key) {
 				readds++
-			} else if ref.Len() == sizeOf(ref, got) {
+			} else if ref.Len() == got.size {
 				evictions++
 			}
 			ref.Add(key, struct{}{})
@@ -57,9 +57,6 @@ func TestBlockLRUMatchesSimpleLRU(t *testing.T) {
 	require.Greater(t, resizes, 1000)
 	require.Greater(t, purges, 20)
 }
-
-// sizeOf returns the stores' common capacity.
-func sizeOf(_ *simplelru.LRU[uint64, struct{}], l *blockLRU) int { return l.size }
 
 // keysOldestFirst walks l's recency list from the least recent key.
 func keysOldestFirst(l *blockLRU) []uint64 {
