@@ -81,6 +81,8 @@ func run(args []string, logw io.Writer) error {
 		e2eR  = fs.String("e2e-routers", "", "e2e, e2e_seeds: comma-separated router (caddy instance) counts (default 1,4; e2e with -quick 1,2)")
 		e2eW  = fs.String("e2e-workloads", "", "e2e: comma-separated workloads (default shared_prefix,mixed,no_shared_prefix)")
 		e2eN  = fs.Int("e2e-seeds", 8, "e2e_seeds: seeds 1..n")
+		e2eP  = fs.String("e2e-policies", "", "e2e: comma-separated policy names (default every one: round_robin, least_load, prefix_affinity, prefix_load, \"prefix_load cold_choices 1\", \"prefix_load homes_directory\" when a server is installed)")
+		e2eO  = fs.String("e2e-record", "e2e", "e2e: the record's file name, without .json and .md")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -110,11 +112,19 @@ func run(args []string, logw io.Writer) error {
 	e2eRun := func() error {
 		cfg := e2e.Config{Caddy: *caddy, Quick: *quick, Seed: *seed, Duration: *e2eS, Progress: logw, Commit: suite.GitCommit()}
 		cfg.Routers, cfg.Workloads = e2eRouters, e2eWorkloads
+		if *e2eP != "" {
+			if cfg.Policies, err = e2e.PoliciesNamed(strings.Split(*e2eP, ",")); err != nil {
+				return err
+			}
+		}
 		rec, err := e2e.Run(cfg)
 		if err != nil {
 			return err
 		}
-		return e2e.Write(filepath.Join(dir, "e2e.json"), filepath.Join(dir, "e2e.md"), rec)
+		if *e2eS != 0 || *e2eR != "" || *e2eW != "" || *e2eP != "" || *e2eO != "e2e" {
+			rec.Command = shellWords(args)
+		}
+		return e2e.Write(filepath.Join(dir, *e2eO+".json"), filepath.Join(dir, *e2eO+".md"), rec)
 	}
 	switch cmd := fs.Arg(0); {
 	case cmd == "all":
@@ -225,4 +235,17 @@ func routerCounts(s string) ([]int, error) {
 		counts = append(counts, n)
 	}
 	return counts, nil
+}
+
+// shellWords joins args as a shell would read them back: an argument with
+// white space or quotes in single quotes.
+func shellWords(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = a
+		if a == "" || strings.ContainsAny(a, " \t'\"") {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
 }
