@@ -90,17 +90,20 @@ type config struct {
 	MaxTokens   int          `json:"max_tokens"`
 	// MultiTurnMaxTokens is max_tokens in multi_turn: long enough that
 	// the answers repeated in the next turn span engine blocks.
-	MultiTurnMaxTokens int           `json:"multi_turn_max_tokens"`
-	Slots              int           `json:"slots_per_replica"`
-	Ctx                int           `json:"tokens_per_slot"`
-	Threads            int           `json:"threads_per_replica"`
-	BlockTokens        int           `json:"reuse_block_tokens"`
-	MaxInFlight        int           `json:"router_max_in_flight"`
-	Seed               uint64        `json:"seed"`
-	Repeat             int           `json:"repeat"`
-	ReplicaPorts       []int         `json:"replica_ports"`
-	RunTimeout         time.Duration `json:"-"`
-	RunTimeoutS        float64       `json:"run_timeout_s"`
+	MultiTurnMaxTokens int `json:"multi_turn_max_tokens"`
+	Slots              int `json:"slots_per_replica"`
+	Ctx                int `json:"tokens_per_slot"`
+	Threads            int `json:"threads_per_replica"`
+	BlockTokens        int `json:"reuse_block_tokens"`
+	MaxInFlight        int `json:"router_max_in_flight"`
+	// PolicyOptions are extra lines of the lb_policy llm block
+	// (-policy-options, ';'-separated), e.g. "peers none".
+	PolicyOptions string        `json:"policy_options,omitempty"`
+	Seed          uint64        `json:"seed"`
+	Repeat        int           `json:"repeat"`
+	ReplicaPorts  []int         `json:"replica_ports"`
+	RunTimeout    time.Duration `json:"-"`
+	RunTimeoutS   float64       `json:"run_timeout_s"`
 }
 
 func main() {
@@ -132,6 +135,7 @@ func main() {
 	flag.IntVar(&c.Threads, "threads", 1, "threads per replica")
 	flag.IntVar(&c.BlockTokens, "block-tokens", 16, "prefix reuse granularity in tokens")
 	flag.IntVar(&c.MaxInFlight, "max-in-flight", 2, "router max_in_flight per replica")
+	flag.StringVar(&c.PolicyOptions, "policy-options", "", "extra lines of the lb_policy llm block, separated by ';' (e.g. \"peers none\")")
 	flag.Uint64Var(&c.Seed, "seed", 1, "workload seed")
 	flag.StringVar(&ports, "replica-ports", "18301,18302", "loopback ports of the two replicas (fixed, because rendezvous homes depend on the addresses); 0 picks free ports")
 	flag.IntVar(&c.Repeat, "repeat", 3, "runs per engine, workload and policy (interleaved; requests pooled)")
@@ -386,6 +390,17 @@ func post(ctx context.Context, hc *http.Client, url string) error {
 // engine so that both see the same leading keys and rendezvous homes.
 const deployment = "realengine-tiny"
 
+// policyLines renders -policy-options as lines of the lb_policy block.
+func policyLines(opts string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(opts, ";") {
+		if l = strings.TrimSpace(l); l != "" {
+			b.WriteString("\n\t\t\t" + l)
+		}
+	}
+	return b.String()
+}
+
 const caddyfileTmpl = `{
 	admin 127.0.0.1:%[1]d
 	metrics
@@ -406,7 +421,7 @@ http://127.0.0.1:%[2]d {
 			max_in_flight %[5]d
 			queue_size 256
 			queue_timeout 60s
-			seed 1
+			seed 1%[7]s
 			engine_metrics /metrics {
 				interval 500ms
 				timeout 400ms
@@ -679,7 +694,7 @@ func runPolicy(ctx context.Context, c config, hc *http.Client, replicas []string
 	}
 	tag := fmt.Sprintf("%s-%s-%s-%d", eng, wl, pol, rep)
 	cfgPath, _ := filepath.Abs(filepath.Join(c.OutDir, "Caddyfile."+tag))
-	cfg := fmt.Sprintf(caddyfileTmpl, adminPort, proxyPort, strings.Join(replicas, " "), pol, c.MaxInFlight, deployment)
+	cfg := fmt.Sprintf(caddyfileTmpl, adminPort, proxyPort, strings.Join(replicas, " "), pol, c.MaxInFlight, deployment, policyLines(c.PolicyOptions))
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return ro, err
 	}
