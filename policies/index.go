@@ -83,9 +83,7 @@ func (ix *Index) Insert(blocks []uint64) {
 func (ix *Index) insertLocked(blocks []uint64) {
 	w, bit := headBit(blocks[0])
 	ix.heads[w].Or(bit)
-	for i := len(blocks) - 1; i >= 0; i-- {
-		ix.lru.Add(blocks[i])
-	}
+	ix.lru.AddChain(blocks)
 }
 
 // Match returns how many leading blocks of the chain are believed resident:

@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -307,5 +308,39 @@ func BenchmarkIndexGC(b *testing.B) {
 		if ix.Len() != DefaultIndexCapacity {
 			b.Fatalf("index holds %d, want %d", ix.Len(), DefaultIndexCapacity)
 		}
+	}
+}
+
+// BenchmarkIndexPlace measures placing a prompt on a replica
+// (MatchInsert) the way shared system prompts arrive: 8 groups whose
+// chains share their first shared blocks, each request with 4 blocks of
+// its own after them, in an index at DefaultIndexCapacity; shared is the
+// length of the group's prefix in blocks (32: a 4 KiB system prompt; 252:
+// the chain's cap nearly all shared, as with a 64 KiB prompt).
+func BenchmarkIndexPlace(b *testing.B) {
+	for _, shared := range []int{28, 252} {
+		b.Run(fmt.Sprintf("shared=%d", shared), func(b *testing.B) {
+			ix := NewIndex(DefaultIndexCapacity)
+			chains := make([][]uint64, 64)
+			for i := range chains {
+				c := make([]uint64, shared+4)
+				for j := range c {
+					if j < shared {
+						c[j] = mix64(uint64(i%8)<<32 | uint64(j))
+					} else {
+						c[j] = mix64(uint64(i)<<40 | uint64(j))
+					}
+				}
+				chains[i] = c
+				ix.Insert(c)
+			}
+			n := 0
+			for b.Loop() {
+				if ix.MatchInsert(chains[n%len(chains)]) != shared+4 {
+					b.Fatal("a placed chain is not held whole")
+				}
+				n++
+			}
+		})
 	}
 }

@@ -83,6 +83,63 @@ func (l *blockLRU) Add(key uint64) {
 	l.len++
 }
 
+// AddChain is Add of each key from the last to the first, with the same
+// result, in less time when the chain's head is held and a run of the
+// chain follows it in the recency list, as a prefix shared by many
+// requests does once they have been placed: that run is found by walking
+// the list from the head (no map lookup per key) and moved to the front in
+// one splice, instead of one lookup and relink per key. The keys after the
+// run are added one by one first, as Add would, and when that evicted the
+// run's oldest key the run is added one by one too. It returns the length
+// of the run it moved in one splice (0: none).
+func (l *blockLRU) AddChain(keys []uint64) int {
+	first, held := l.at[keys[0]]
+	m, last := 0, int32(0)
+	if held {
+		m, last = 1, first
+		for m < len(keys) {
+			j := l.slots[last].next
+			if j == 0 || l.slots[j].key != keys[m] {
+				break
+			}
+			last, m = j, m+1
+		}
+	}
+	for i := len(keys) - 1; i >= m; i-- {
+		l.Add(keys[i])
+	}
+	if m == 0 {
+		return 0
+	}
+	// Eviction takes the least recent key first: the run is intact while
+	// its oldest key, keys[m-1], is still held where it was.
+	if j, ok := l.at[keys[m-1]]; ok && j == last {
+		l.moveFront(first, last)
+		return m
+	}
+	for i := m - 1; i >= 0; i-- {
+		l.Add(keys[i])
+	}
+	return 0
+}
+
+// moveFront moves the linked run of slots from first to last (first the
+// most recent) to the front, keeping its order: what Add of its keys from
+// last to first does when all are held.
+func (l *blockLRU) moveFront(first, last int32) {
+	if l.slots[0].next == first {
+		return
+	}
+	prev, next := l.slots[first].prev, l.slots[last].next
+	l.slots[prev].next = next
+	l.slots[next].prev = prev
+	front := l.slots[0].next
+	l.slots[first].prev = 0
+	l.slots[last].next = front
+	l.slots[front].prev = last
+	l.slots[0].next = first
+}
+
 // Len returns the number of keys held.
 func (l *blockLRU) Len() int { return l.len }
 

@@ -66,3 +66,71 @@ func keysOldestFirst(l *blockLRU) []uint64 {
 	}
 	return keys
 }
+
+// TestAddChainMatchesAdds is a differential test of AddChain against Add
+// of each key from the last to the first (what Index.Insert did before
+// it): random chains that share prefixes of random lengths with earlier
+// ones (groups with a system prompt and their own questions, and
+// conversations that extend an earlier chain), inserted into stores of
+// random, changing capacity, after each of which both hold the same keys
+// in the same recency order. The counts show that the one-splice path,
+// the fallback after the run's oldest key was evicted, and chains with no
+// held head all ran.
+func TestAddChainMatchesAdds(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	want, got := newBlockLRU(256), newBlockLRU(256)
+	var chains [][]uint64
+	next := uint64(1)
+	fresh := func(n int) []uint64 {
+		c := make([]uint64, n)
+		for i := range c {
+			c[i], next = next, next+1
+		}
+		return c
+	}
+	var spliced, fallback, cold, splicedKeys int
+	for op := range 20000 {
+		var chain []uint64
+		switch k := r.IntN(100); {
+		case k < 10 || len(chains) == 0:
+			chain = fresh(1 + r.IntN(40))
+		case k < 97:
+			// An earlier chain's prefix, and keys of its own.
+			base := chains[r.IntN(len(chains))]
+			chain = append(append([]uint64(nil), base[:1+r.IntN(len(base))]...), fresh(r.IntN(24))...)
+		case k < 99:
+			n := 16 + r.IntN(300)
+			want.Resize(n)
+			got.Resize(n)
+			continue
+		default:
+			want.Purge()
+			got.Purge()
+			continue
+		}
+		if len(chains) < 400 {
+			chains = append(chains, chain)
+		} else {
+			chains[r.IntN(len(chains))] = chain
+		}
+		headHeld := got.Contains(chain[0])
+		for i := len(chain) - 1; i >= 0; i-- {
+			want.Add(chain[i])
+		}
+		switch m := got.AddChain(chain); {
+		case m > 0:
+			spliced++
+			splicedKeys += m
+		case headHeld:
+			fallback++
+		default:
+			cold++
+		}
+		require.Equal(t, want.Len(), got.Len(), "op %d", op)
+		require.Equal(t, keysOldestFirst(want), keysOldestFirst(got), "op %d", op)
+	}
+	t.Logf("%d chains spliced (%d keys), %d fell back with the head held, %d with a cold head", spliced, splicedKeys, fallback, cold)
+	require.Greater(t, spliced, 3000)
+	require.Greater(t, fallback, 200)
+	require.Greater(t, cold, 1000)
+}
