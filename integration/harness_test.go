@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -161,16 +162,25 @@ func (e *env) rep(i int) *fakereplica.Replica { return e.reps[i] }
 func (e *env) start(cfg caddyproc.SiteConfig) {
 	t := e.t
 	t.Helper()
-	var err error
-	cfg.AdminAddr, err = netx.FreeAddr()
-	require.NoError(t, err)
-	cfg.ListenAddr, err = netx.FreeAddr()
-	require.NoError(t, err)
-	e.cfg = cfg
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := caddyproc.StartCaddy(ctx, caddyBin, t.TempDir(), cfg.Caddyfile(), cfg.AdminAddr, cfg.ListenAddr)
+	var c *caddyproc.Caddy
+	var err error
+	// Fresh addresses again when another process took the listen address
+	// between FreeAddr and caddy's bind (at most three tries).
+	for try := 0; try < 3; try++ {
+		cfg.AdminAddr, err = netx.FreeAddr()
+		require.NoError(t, err)
+		cfg.ListenAddr, err = netx.FreeAddr()
+		require.NoError(t, err)
+		c, err = caddyproc.StartCaddy(ctx, caddyBin, t.TempDir(), cfg.Caddyfile(), cfg.AdminAddr, cfg.ListenAddr)
+		if !errors.Is(err, caddyproc.ErrListenTaken) {
+			break
+		}
+		t.Logf("start %d: %v", try+1, err)
+	}
 	require.NoError(t, err)
+	e.cfg = cfg
 	e.caddy = c
 	t.Cleanup(func() {
 		c.Stop()
@@ -562,4 +572,30 @@ func (e *env) checkDelivery(res *result) {
 			assert.False(t, res.SawDone, "request %s: cut by %s but the client saw [DONE]", res.ID, rc.Replica)
 		}
 	}
+}
+
+// TestStartCaddyNoticesTakenAddress proves that StartCaddy tells a taken
+// listen address apart (ErrListenTaken, which newEnv retries on fresh
+// addresses) instead of handing back a caddy whose site is someone else's:
+// another HTTP server holds the address, and whichever happens first
+// (caddy's bind fails and it exits, or the other server answers the
+// probe) the error says so.
+func TestStartCaddyNoticesTakenAddress(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := &http.Server{Handler: http.NotFoundHandler()}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	admin, err := netx.FreeAddr()
+	require.NoError(t, err)
+	cfg := baseConfig()
+	cfg.AdminAddr, cfg.ListenAddr = admin, ln.Addr().String()
+	cfg.Upstreams = []string{"127.0.0.1:1"}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := caddyproc.StartCaddy(ctx, caddyBin, t.TempDir(), cfg.Caddyfile(), cfg.AdminAddr, cfg.ListenAddr)
+	if c != nil {
+		c.Stop()
+	}
+	require.ErrorIs(t, err, caddyproc.ErrListenTaken)
 }

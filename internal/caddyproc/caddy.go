@@ -9,9 +9,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/llmroute/caddy-llmroute/internal/netx"
@@ -21,6 +24,13 @@ import (
 
 // startTimeout bounds how long StartCaddy waits for caddy to answer.
 const startTimeout = 20 * time.Second
+
+// ErrListenTaken says that another process holds an address caddy was to
+// listen on (it answered at the site's address, or caddy exited with
+// "address already in use"): a free address handed out by netx.FreeAddr
+// was taken between its release and caddy's bind (tests run packages in
+// parallel). The caller may start again on fresh addresses.
+var ErrListenTaken = errors.New("caddyproc: another process answers at the listen address")
 
 // Caddy is one running caddy process and its admin API (Addr is the
 // admin address).
@@ -57,15 +67,40 @@ func StartCaddy(ctx context.Context, bin, dir, caddyfile, adminAddr, listenAddr 
 	if err == nil {
 		err = netx.WaitTCP(wctx, listenAddr, p.Done())
 	}
+	if err == nil && !answersAsCaddy(wctx, listenAddr) {
+		c.Stop()
+		return nil, fmt.Errorf("%w (%s); caddy's log:\n%s", ErrListenTaken, listenAddr, c.LogTail(2000))
+	}
 	switch {
 	case err == nil:
 		return c, nil
+	case errors.Is(err, netx.ErrExited) && strings.Contains(c.LogTail(8000), "address already in use"):
+		return nil, fmt.Errorf("%w: caddy exited: %v; log:\n%s", ErrListenTaken, p.Err(), c.LogTail(4000))
 	case errors.Is(err, netx.ErrExited):
 		return nil, fmt.Errorf("caddy exited: %v; log:\n%s", p.Err(), c.LogTail(4000))
 	default:
 		c.Stop()
 		return nil, fmt.Errorf("caddy did not come up: %v; log:\n%s", err, c.LogTail(4000))
 	}
+}
+
+// answersAsCaddy reports whether what answers a plain HTTP GET at addr is
+// caddy (its Server header); a request that gets no HTTP answer (a TLS
+// site) says nothing against it.
+func answersAsCaddy(ctx context.Context, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
+	if err != nil {
+		return true
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return true
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	return resp.Header.Get("Server") == "Caddy"
 }
 
 // Pid returns the process id.
