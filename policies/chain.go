@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/zeebo/xxh3"
 )
 
 // Block hashing: the prompt's canonical rendering is cut into fixed-size
@@ -93,7 +94,7 @@ func (c *sink) flush() {
 	if c.n < c.size {
 		return
 	}
-	h := xxhash.Sum64(c.buf)
+	h := xxh3.Hash(c.buf)
 	c.blocks = append(c.blocks, h)
 	binary.LittleEndian.PutUint64(c.buf, h)
 	c.n = 0
