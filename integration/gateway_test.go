@@ -133,9 +133,14 @@ func (g *gateway) do(method, path, body string, hdr map[string]string) answer {
 		req.Header.Set(k, v)
 	}
 	resp, err := g.client.Do(req)
-	if err != nil && method == http.MethodGet {
-		// A keep-alive connection the last reload closed: retry once, as
-		// clients do with an idempotent request.
+	if err != nil {
+		// A connection the last reload closed before any answer (EOF):
+		// retry once, as clients do (the OpenAI SDKs retry connection
+		// errors); nothing of an answer reached this client.
+		g.t.Logf("%s %s: %v; retrying once", method, path, err)
+		if body != "" {
+			req.Body = io.NopCloser(strings.NewReader(body))
+		}
 		resp, err = g.client.Do(req)
 	}
 	require.NoError(g.t, err)
