@@ -55,8 +55,7 @@ func (l *blockLRU) Contains(key uint64) bool {
 // key past the capacity) when it is not held.
 func (l *blockLRU) Add(key uint64) {
 	if i, ok := l.at[key]; ok {
-		l.unlink(i)
-		l.pushFront(i)
+		l.moveFront(i, i)
 		return
 	}
 	if l.len >= l.size {
@@ -78,7 +77,7 @@ func (l *blockLRU) Add(key uint64) {
 		i = int32(len(l.slots) - 1)
 	}
 	l.slots[i].key = key
-	l.pushFront(i)
+	l.pushFront(i, i)
 	l.at[key] = i
 	l.len++
 }
@@ -130,14 +129,8 @@ func (l *blockLRU) moveFront(first, last int32) {
 	if l.slots[0].next == first {
 		return
 	}
-	prev, next := l.slots[first].prev, l.slots[last].next
-	l.slots[prev].next = next
-	l.slots[next].prev = prev
-	front := l.slots[0].next
-	l.slots[first].prev = 0
-	l.slots[last].next = front
-	l.slots[front].prev = last
-	l.slots[0].next = first
+	l.unlink(first, last)
+	l.pushFront(first, last)
 }
 
 // Len returns the number of keys held.
@@ -165,25 +158,27 @@ func (l *blockLRU) removeOldest() {
 	if i == 0 {
 		return
 	}
-	l.unlink(i)
+	l.unlink(i, i)
 	delete(l.at, l.slots[i].key)
 	l.slots[i] = lruSlot{next: l.free}
 	l.free = i
 	l.len--
 }
 
-// unlink takes slot i out of the recency list.
-func (l *blockLRU) unlink(i int32) {
-	s := &l.slots[i]
-	l.slots[s.prev].next = s.next
-	l.slots[s.next].prev = s.prev
+// unlink takes the linked run of slots from first to last (first the
+// more recent; first == last for one slot) out of the recency list.
+func (l *blockLRU) unlink(first, last int32) {
+	prev, next := l.slots[first].prev, l.slots[last].next
+	l.slots[prev].next = next
+	l.slots[next].prev = prev
 }
 
-// pushFront links slot i as the most recent.
-func (l *blockLRU) pushFront(i int32) {
-	head := &l.slots[0]
-	first := head.next
-	l.slots[i].prev, l.slots[i].next = 0, first
-	l.slots[first].prev = i
-	l.slots[0].next = i
+// pushFront links the run from first to last (first == last for one
+// slot) as the most recent, in its order.
+func (l *blockLRU) pushFront(first, last int32) {
+	front := l.slots[0].next
+	l.slots[first].prev = 0
+	l.slots[last].next = front
+	l.slots[front].prev = last
+	l.slots[0].next = first
 }
