@@ -30,7 +30,7 @@ const startTimeout = 20 * time.Second
 // "address already in use"): a free address handed out by netx.FreeAddr
 // was taken between its release and caddy's bind (tests run packages in
 // parallel). The caller may start again on fresh addresses.
-var ErrListenTaken = errors.New("caddyproc: another process answers at the listen address")
+var ErrListenTaken = errors.New("caddyproc: another process holds an address caddy was to listen on")
 
 // Caddy is one running caddy process and its admin API (Addr is the
 // admin address).
@@ -94,6 +94,7 @@ func answersAsCaddy(ctx context.Context, addr string) bool {
 	if err != nil {
 		return true
 	}
+	req.Close = true // leave no keep-alive connection to the site behind
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return true
