@@ -121,7 +121,7 @@ func run(args []string, logw io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if *e2eS != 0 || *e2eR != "" || *e2eW != "" || *e2eP != "" || *e2eO != "e2e" {
+		if fs.NFlag() > 0 { // not the plain `llmexp e2e`: say how it was made
 			rec.Command = shellWords(args)
 		}
 		return e2e.Write(filepath.Join(dir, *e2eO+".json"), filepath.Join(dir, *e2eO+".md"), rec)

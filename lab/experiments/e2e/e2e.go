@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -94,16 +95,11 @@ func PoliciesNamed(names []string) ([]Policy, error) {
 	all := append(append([]Policy(nil), DefaultPolicies...), directoryPolicy)
 	var out []Policy
 	for _, n := range names {
-		found := false
-		for _, p := range all {
-			if p.Name == n {
-				out, found = append(out, p), true
-				break
-			}
-		}
-		if !found {
+		i := slices.IndexFunc(all, func(p Policy) bool { return p.Name == n })
+		if i < 0 {
 			return nil, fmt.Errorf("e2e: no policy %q", n)
 		}
+		out = append(out, all[i])
 	}
 	return out, nil
 }
@@ -124,7 +120,7 @@ type Setup struct {
 type Record struct {
 	Experiment string `json:"experiment"`
 	// Command is the llmexp command line that wrote the record, when it
-	// was not the plain `llmexp e2e`.
+	// was given any flag.
 	Command  string   `json:"command,omitempty"`
 	Commit   string   `json:"commit"`
 	Seed     uint64   `json:"seed"`
