@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -159,9 +160,12 @@ func TestStringEnd(t *testing.T) {
 		return 0, false, false
 	}
 	r := rand.New(rand.NewPCG(9, 10))
-	pieces := []string{`"`, `\`, `\\`, `\"`, `\n`, `\u00e9`, `\uD83D`, `\u00`, `\x`, "\x01", "abcdefgh", "x", " ", "\xff"}
+	// The long runs take StringEnd past its first words into the long scan.
+	pieces := []string{`"`, `\`, `\\`, `\"`, `\n`, `\u00e9`, `\uD83D`, `\u00`, `\x`, "\x01", "abcdefgh", "x", " ", "\xff",
+		strings.Repeat("p", 40), strings.Repeat("q", 200)}
 	tails := []string{"", `,"k":"v\n"}`, `"` + strings.Repeat("y", 40) + `"`}
-	accepted, escaped := 0, 0
+	longRun := regexp.MustCompile(`[^"\\\x00-\x1f]{40}`) // past the 32-byte word scan
+	accepted, escaped, long := 0, 0, 0
 	for range 50000 {
 		b := []byte{'"'}
 		for range r.IntN(12) {
@@ -179,34 +183,47 @@ func TestStringEnd(t *testing.T) {
 			if esc {
 				escaped++
 			}
+			if longRun.Match(b[:end]) {
+				long++
+			}
 		}
 	}
-	if accepted < 10000 || escaped < 2000 || accepted-escaped < 2000 {
-		t.Fatalf("too few cases exercised: %d accepted, %d of them with escapes", accepted, escaped)
+	if accepted < 10000 || escaped < 2000 || accepted-escaped < 2000 || long < 2000 {
+		t.Fatalf("too few cases exercised: %d accepted, %d of them with escapes, %d with a run past the word scan", accepted, escaped, long)
 	}
+	t.Logf("%d accepted, %d with escapes, %d with a run past the word scan", accepted, escaped, long)
 }
 
 // TestHasCtl proves the 32-bytes-a-step search finds a control byte
-// wherever it is.
+// wherever it is (in a step, in the word tail, in the byte tail), and takes
+// no other byte for one: every length to seven steps, each position, the
+// bytes around 0x20 and 0x80.
 func TestHasCtl(t *testing.T) {
-	for n := range 80 {
+	found := 0
+	for n := range 224 {
 		b := bytes.Repeat([]byte{'a'}, n)
 		if hasCtl(b) {
 			t.Fatalf("hasCtl of %d plain bytes", n)
 		}
 		for i := range n {
-			for _, c := range []byte{0x00, 0x1f, 0x0a} {
+			for _, c := range []byte{0x00, 0x01, 0x0a, 0x1f} {
 				b[i] = c
 				if !hasCtl(b) {
 					t.Fatalf("hasCtl missed %#x at %d of %d", c, i, n)
 				}
+				found++
 			}
-			b[i] = 0xff
-			if hasCtl(b) {
-				t.Fatalf("hasCtl took 0xff for a control byte")
+			for _, c := range []byte{0x20, 0x21, 0x7f, 0x80, 0x9f, 0xa0, 0xff} {
+				b[i] = c
+				if hasCtl(b) {
+					t.Fatalf("hasCtl took %#x at %d of %d for a control byte", c, i, n)
+				}
 			}
 			b[i] = 'a'
 		}
+	}
+	if found != 4*223*224/2 {
+		t.Fatalf("%d control bytes tried", found)
 	}
 }
 
