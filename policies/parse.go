@@ -61,7 +61,8 @@ const (
 	NoPrefixBodyShape     = "body has an unexpected shape"
 )
 
-// useFastChat turns the one-pass chat fast path on (tests compare both).
+// useFastChat turns the one-pass fast paths (chat, messages) on; tests
+// compare them with the general path.
 var useFastChat = true
 
 // endpointOf maps a URL path to its Endpoint, tolerating one trailing slash.
@@ -168,6 +169,11 @@ func Parse(path string, body []byte, cfg ParseConfig) (*Request, error) {
 			req.NoPrefix = NoPrefixBodyShape
 		}
 	case EndpointMessages, EndpointCountTokens:
+		if useFastChat && req.Endpoint == EndpointMessages {
+			if r, ok := fastMessages(body, cfg); ok {
+				return r, nil
+			}
+		}
 		if err := parseMessages(req, body, cfg); err != nil {
 			return nil, err
 		}
