@@ -190,11 +190,17 @@ func (s *fscan) blocks(b *blocks, depth int) bool {
 	case s.lit("null"):
 		return true
 	case s.i < len(s.b) && s.b[s.i] == '"':
-		var t jsonText
-		if !s.textField(&t) {
+		lit, esc, ok := s.str()
+		if !ok {
 			return false
 		}
-		*b = blocks{text: t.s, kind: shapeString}
+		if esc {
+			// Decoded as it renders: no copy of the prompt.
+			*b = blocks{lit: lit, kind: shapeString}
+			return true
+		}
+		t, _ := text(lit, false)
+		*b = blocks{text: t, kind: shapeString}
 		return true
 	case s.i < len(s.b) && s.b[s.i] == '[' && depth < maxBlockDepth:
 		list := []block{}

@@ -50,11 +50,28 @@ type anthropicMessage struct {
 
 // blocks is an Anthropic content: a string or an array of content blocks.
 // Any other value (or an array that does not decode as blocks) is
-// shapeOther.
+// shapeOther. A string is text, or (fastMessages) lit: its literal, escapes
+// and all, decoded as it renders, like content's (a tool result carrying a
+// source file is most of an agent's body, and escapes all through).
 type blocks struct {
 	text string
+	lit  []byte
 	list []block
 	kind shape
+}
+
+// content returns a string or absent blocks as a chat content.
+func (b *blocks) content() content {
+	return content{text: b.text, lit: b.lit, kind: b.kind}
+}
+
+// str returns a string content's text, decoding lit.
+func (b *blocks) str() string {
+	if b.lit != nil {
+		t, _ := unquote(b.lit)
+		return t
+	}
+	return b.text
 }
 
 func (b *blocks) UnmarshalJSON(data []byte) error {
@@ -152,8 +169,8 @@ func chatOfMessages(b *messagesBody) ([]chatMessage, string) {
 
 	msgs := make([]chatMessage, 0, len(b.Messages)+1)
 	switch sys := &b.System; {
-	case sys.kind == shapeString && sys.text != "":
-		msgs = append(msgs, chatMessage{Role: textField("system"), Content: content{text: sys.text, kind: shapeString}})
+	case sys.kind == shapeString && (sys.text != "" || sys.lit != nil): // an escape decodes to something
+		msgs = append(msgs, chatMessage{Role: textField("system"), Content: sys.content()})
 	case sys.kind == shapeArray && len(sys.list) > 0:
 		msgs = append(msgs, chatMessage{Role: textField("system"), Content: partsOf(sys.list)})
 	}
@@ -188,8 +205,7 @@ func textField(s string) jsonText { return jsonText{s: s, kind: shapeString} }
 // tool results only.
 func appendMessage(msgs []chatMessage, m *anthropicMessage) []chatMessage {
 	if m.Content.kind != shapeArray {
-		c := content{text: m.Content.text, kind: m.Content.kind}
-		return append(msgs, chatMessage{Role: m.Role, Content: c})
+		return append(msgs, chatMessage{Role: m.Role, Content: m.Content.content()})
 	}
 	var parts []contentPart
 	var calls []toolCall
@@ -226,7 +242,7 @@ func appendMessage(msgs []chatMessage, m *anthropicMessage) []chatMessage {
 func contentOf(b *blocks) content {
 	switch b.kind {
 	case shapeString:
-		return content{text: b.text, kind: shapeString}
+		return b.content()
 	case shapeArray:
 		return partsOf(b.list)
 	}
@@ -299,7 +315,7 @@ func blockFields(bl *block) string {
 	switch bl.Content.kind {
 	case shapeString:
 		w.WriteString("<|content|>")
-		w.WriteString(bl.Content.text)
+		w.WriteString(bl.Content.str())
 		w.WriteString("\n")
 	case shapeArray:
 		for i := range bl.Content.list {
