@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -60,6 +61,10 @@ var fastChatBodies = []string{
 	`{"model":"m","messages":[{"role":"user","content":"ünïcödé raw, 世界 \/ slash"}]}`,
 	`{"model":"m","messages":[{"role":"user","content":""}]}`,
 	`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a long shared system prompt. ", 200) + `"}]}`,
+	// What agents send: parts, tool calls, tool results, names.
+	`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"q"},{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"low"}},{"type":"image_url","image_url":"data:image/png;base64,iVBO"}]}]}`,
+	`{"model":"m","tools":[{"type":"function","function":{"name":"read","parameters":{"type":"object"}}}],"messages":[{"role":"system","content":"s"},{"role":"user","name":"ann","content":"read a.go"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"read","arguments":"{\"path\":\"a.go\"}"}},{"id":"call_2","type":"function","function":null}]},{"role":"tool","tool_call_id":"call_1","content":"package main\n\nfunc main() {\n\tprintln(\"hi\")\n}\n"},{"role":"user","content":[{"type":"text","text":"go on"}]}]}`,
+	`{"model":"m","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"UklG","format":"wav"}},{"type":"file","file":{"file_id":"f1"}},{"type":"video_url","video_url":{"url":"https://x/v.mp4"}},{"type":"refusal","refusal":"no"},{"type":"text","text":null}]},{"role":"assistant","content":"","tool_calls":[]},{"role":"tool","tool_call_id":null,"content":[]}]}`,
 }
 
 func TestFastChatMatchesGeneral(t *testing.T) {
@@ -95,6 +100,18 @@ func TestFastChatMatchesGeneral(t *testing.T) {
 		`{"model":"m","messages":[{"role":"user","content":"q"}]`,
 		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"q"}]}]}`,
 		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[]}]}`,
+		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":"x"}]}`,
+		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[1]}]}`,
+		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"a","function":"f"}]}]}`,
+		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"a","function":{"name":"f","arguments":{"p":1}}}]}]}`,
+		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"a","ID":"b"}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"q","text":"r"}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":7}}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":[1]}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":[1,2]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":{"a":1}}]}`,
+		`{"model":"m","messages":[{"role":"user","name":7,"content":"q"}]}`,
+		`{"model":"m","messages":[{"role":"tool","tool_call_id":"a","tool_call_id":"b","content":"q"}]}`,
 	}
 	for _, b := range bodies {
 		parseBoth(t, []byte(b), cfg)
@@ -120,7 +137,16 @@ func TestFastChatMatchesGeneral(t *testing.T) {
 			for range r.IntN(40) {
 				c.WriteString(alpha[r.IntN(len(alpha))])
 			}
-			fmt.Fprintf(&sb, `{"role":%q,"content":"%s"}`, role, c.String())
+			switch r.IntN(4) {
+			case 0:
+				fmt.Fprintf(&sb, `{"role":%q,"content":[{"type":"text","text":"%s"},{"type":"image_url","image_url":{"url":"u%d"}}]}`, role, c.String(), i)
+			case 1:
+				fmt.Fprintf(&sb, `{"role":"assistant","content":null,"tool_calls":[{"id":"c%d","type":"function","function":{"name":"f","arguments":"%s"}}]}`, i, c.String())
+			case 2:
+				fmt.Fprintf(&sb, `{"role":"tool","tool_call_id":"c%d","content":"%s"}`, i, c.String())
+			default:
+				fmt.Fprintf(&sb, `{"role":%q,"content":"%s"}`, role, c.String())
+			}
 		}
 		sb.WriteString(`],"temperature":0.7}`)
 		body := []byte(sb.String())
@@ -187,3 +213,42 @@ func BenchmarkParseGeneral64K(b *testing.B) {
 	benchmarkParse(b, 64<<10)
 	useFastChat = true
 }
+
+// agentChatBody is an OpenAI-style agent's chat body, about 105 KiB: a
+// long system prompt, then 20 rounds of an assistant tool call, the tool
+// message carrying a source file (escapes all through) and a user message
+// of text parts.
+func agentChatBody() []byte {
+	file := strings.Repeat("func (s *server) handle(w http.ResponseWriter, r *http.Request) {\n\tif r.Method != \"POST\" {\n\t\treturn\n\t}\n}\n", 40)
+	msgs := []map[string]any{{"role": "system", "content": strings.Repeat("Follow the repository's rules. ", 300)}, {"role": "user", "content": "fix the handler"}}
+	for i := range 20 {
+		id := fmt.Sprintf("call_%02d", i)
+		msgs = append(msgs,
+			map[string]any{"role": "assistant", "content": "Let me read the file.", "tool_calls": []map[string]any{{"id": id, "type": "function", "function": map[string]any{"name": "read", "arguments": fmt.Sprintf(`{"path":"pkg/f%d.go"}`, i)}}}},
+			map[string]any{"role": "tool", "tool_call_id": id, "content": file},
+			map[string]any{"role": "user", "content": []map[string]any{{"type": "text", "text": "Go on."}}})
+	}
+	b, _ := json.Marshal(map[string]any{"model": "m", "stream": true, "messages": msgs})
+	return b
+}
+
+func benchmarkAgentChat(b *testing.B, fast bool) {
+	defer func(old bool) { useFastChat = old }(useFastChat)
+	useFastChat = fast
+	body := agentChatBody()
+	if _, ok := fastChat(body, ParseConfig{Deployment: "d"}.withDefaults()); !ok {
+		b.Fatal("the fast path declines the agent body")
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(pathChat, body, ParseConfig{Deployment: "d"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkParseAgentChatTools is Parse of agentChatBody by the fast path;
+// BenchmarkParseGeneralAgentChatTools by encoding/json, for comparison.
+func BenchmarkParseAgentChatTools(b *testing.B)        { benchmarkAgentChat(b, true) }
+func BenchmarkParseGeneralAgentChatTools(b *testing.B) { benchmarkAgentChat(b, false) }

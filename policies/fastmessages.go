@@ -108,17 +108,15 @@ func (s *fscan) object(names []string, field func(k string) bool) bool {
 	}
 	var seen uint32
 	for {
-		k, ok := s.key(names...)
+		k, i, ok := s.keyAt(names)
 		if !ok || !s.colon() {
 			return false
 		}
-		for i, n := range names {
-			if k == n {
-				if seen&(1<<i) != 0 {
-					return false
-				}
-				seen |= 1 << i
+		if i >= 0 {
+			if seen&(1<<i) != 0 {
+				return false
 			}
+			seen |= 1 << i
 		}
 		if !field(k) {
 			return false
