@@ -30,52 +30,13 @@ func fastMessages(body []byte, cfg ParseConfig) (*Request, bool) {
 	gotMsgs := false
 	ok := s.object(messagesTop, func(k string) bool {
 		switch k {
-		case "model":
-			if !s.textField(&b.Model) || b.Model.s == "" {
-				return false
-			}
-			b.Model.s = strings.Clone(b.Model.s)
-		case "stream":
-			v, ok := s.skip()
-			b.Stream = jsonBool(string(v) == "true")
-			return ok
-		case "stream_options":
-			b.StreamOptions.Present = true
-			if s.i < len(s.b) && s.b[s.i] == '{' {
-				return s.streamOptions(&b.StreamOptions)
-			}
-			_, ok := s.skip()
-			return ok
-		case "cache_salt", "prompt_cache_key":
-			t := &b.CacheSalt
-			if k == "prompt_cache_key" {
-				t = &b.PromptCacheKey
-			}
-			if s.i < len(s.b) && s.b[s.i] == '"' {
-				if !s.textField(t) {
-					return false
-				}
-				t.s = strings.Clone(t.s)
-				return true
-			}
-			_, ok := s.skip()
-			return ok
-		case "tools", "functions":
-			r := &b.Tools
-			if k == "functions" {
-				r = &b.Functions
-			}
-			return s.rawValue(r)
 		case "system":
 			return s.blocks(&b.System, 0)
 		case "messages":
 			gotMsgs = true
 			return s.anthropicMessages(&b.Messages)
-		default:
-			_, ok := s.skip()
-			return ok
 		}
-		return true
+		return s.commonField(k, &b.commonBody)
 	})
 	s.ws()
 	if !ok || s.i != len(s.b) || b.Model.kind != shapeString || !gotMsgs {
@@ -90,6 +51,55 @@ func fastMessages(body []byte, cfg ParseConfig) (*Request, bool) {
 	chat := chatBody{commonBody: b.commonBody, Messages: msgs}
 	keysChat(req, &chat, cfg, len(body))
 	return req, req.NoPrefix == ""
+}
+
+// commonField scans the value of the top-level field k into c when it is
+// one of the fields every endpoint shares, and skips it otherwise. Only
+// what the Request keeps (model, cache_salt, prompt_cache_key) is copied
+// out of the body.
+func (s *fscan) commonField(k string, c *commonBody) bool {
+	switch k {
+	case "model":
+		if !s.textField(&c.Model) || c.Model.s == "" {
+			return false
+		}
+		c.Model.s = strings.Clone(c.Model.s)
+	case "stream":
+		v, ok := s.skip()
+		c.Stream = jsonBool(string(v) == "true")
+		return ok
+	case "stream_options":
+		c.StreamOptions.Present = true
+		if s.i < len(s.b) && s.b[s.i] == '{' {
+			return s.streamOptions(&c.StreamOptions)
+		}
+		_, ok := s.skip()
+		return ok
+	case "cache_salt", "prompt_cache_key":
+		t := &c.CacheSalt
+		if k == "prompt_cache_key" {
+			t = &c.PromptCacheKey
+		}
+		if s.i < len(s.b) && s.b[s.i] == '"' {
+			if !s.textField(t) {
+				return false
+			}
+			t.s = strings.Clone(t.s)
+			return true
+		}
+		_, ok := s.skip()
+		return ok
+	case "tools", "functions":
+		r := &c.Tools
+		if k == "functions" {
+			r = &c.Functions
+		}
+		return s.rawValue(r)
+	default:
+		_, ok := s.skip()
+		return ok
+	}
+	return true
 }
 
 // object scans an object at s.i whose keys are matched against names

@@ -61,7 +61,7 @@ const (
 	NoPrefixBodyShape     = "body has an unexpected shape"
 )
 
-// useFastChat turns the one-pass fast paths (chat, messages) on; tests
+// useFastChat turns the one-pass fast paths (chat, messages, responses) on; tests
 // compare them with the general path.
 var useFastChat = true
 
@@ -142,6 +142,11 @@ func Parse(path string, body []byte, cfg ParseConfig) (*Request, error) {
 			keysCompletions(req, &b, cfg, len(body))
 		}
 	case EndpointResponses:
+		if useFastChat {
+			if r, ok := fastResponses(body, cfg); ok {
+				return r, nil
+			}
+		}
 		var b responsesBody
 		bad, err := decode(body, &b, &b.commonBody, req)
 		req.PreviousResponseID, req.Conversation = b.PreviousResponseID.str(), b.Conversation.id

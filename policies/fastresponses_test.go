@@ -1,0 +1,211 @@
+package policies
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// parseBothResponses is parseBoth for /v1/responses: the fast path against
+// the general one (encoding/json), and Parse against both.
+func parseBothResponses(t *testing.T, body []byte, cfg ParseConfig) (accepted bool) {
+	t.Helper()
+	defer func(old bool) { useFastChat = old }(useFastChat)
+	useFastChat = false
+	slow, errS := Parse(pathResponses, body, cfg)
+	useFastChat = true
+	routed, errR := Parse(pathResponses, body, cfg)
+	fast, ok := fastResponses(body, cfg.withDefaults())
+	if !ok {
+		if fmt.Sprint(errR) != fmt.Sprint(errS) || !reflect.DeepEqual(slow, routed) {
+			t.Fatalf("fast path declined but Parse differs from the general path on %q:\ngeneral %+v (%v)\nParse   %+v (%v)", body, slow, errS, routed, errR)
+		}
+		return false
+	}
+	if errS != nil {
+		t.Fatalf("fast path accepted a body the general path rejects (%v): %q", errS, body)
+	}
+	if !reflect.DeepEqual(slow, fast) {
+		t.Fatalf("mismatch on %q:\nslow %+v\nfast %+v", body, slow, fast)
+	}
+	if errR != nil || !reflect.DeepEqual(routed, fast) {
+		t.Fatalf("Parse did not return the fast path's answer on %q: %+v (%v)", body, routed, errR)
+	}
+	return true
+}
+
+// fastResponsesBodies are bodies the fast path is for, as Codex-style
+// agents send them: instructions, tools, messages with input_text parts,
+// function calls and their outputs, reasoning items, a string input,
+// previous_response_id, conversation as an id or an object, escapes. It
+// must accept every one.
+var fastResponsesBodies = []string{
+	`{"model":"m","input":"hello"}`,
+	`{"model":"m","instructions":"You are a coding agent.","input":"fix \"it\"\n","previous_response_id":"resp_1"}`,
+	`{"model":"m","instructions":"I","stream":true,"store":false,"include":["reasoning.encrypted_content"],"prompt_cache_key":"sess-1","tools":[{"type":"function","name":"shell","description":"Run a command.","parameters":{"type":"object","properties":{"cmd":{"type":"array","items":{"type":"string"}}}},"strict":false}],"input":[{"type":"message","role":"developer","content":[{"type":"input_text","text":"rules"}]},{"type":"message","role":"user","content":[{"type":"input_text","text":"list files"}]},{"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"think"}],"encrypted_content":"gAAAA"},{"type":"function_call","id":"fc_1","call_id":"call_1","name":"shell","arguments":"{\"cmd\":[\"ls\"]}"},{"type":"function_call_output","call_id":"call_1","output":"a.go\nb.go\n"},{"type":"message","role":"assistant","id":"msg_1","content":[{"type":"output_text","text":"Two files.","annotations":[]}]},{"role":"user","content":"next"}]}`,
+	`{"model":"m","conversation":"conv_1","input":[{"role":"user","content":[{"type":"input_text","text":"q"},{"type":"input_image","image_url":"data:image/png;base64,iVBO","detail":"auto"},{"type":"input_file","file_id":"file_1"}]}]}`,
+	`{"model":"m","conversation":{"id":"conv_2","x":1},"input":[{"role":"system","content":"s"},{"role":"user","content":"u"}]}`,
+	`{"model":"m","conversation":null,"previous_response_id":null,"instructions":null,"input":[{"type":"message","role":"user","content":null},{"type":"item_reference","id":"r1"}]}`,
+	` { "model" : "m" , "input" : [ { "role" : "user" , "content" : "caf\u00e9 \ud83d\ude00" } ] } `,
+}
+
+func TestFastResponsesMatchesGeneral(t *testing.T) {
+	cfg := ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64}
+	for _, b := range fastResponsesBodies {
+		if !json.Valid([]byte(b)) {
+			t.Fatalf("not JSON: %s", b)
+		}
+		for _, c := range []ParseConfig{cfg, {}} {
+			if !parseBothResponses(t, []byte(b), c) {
+				t.Errorf("fast path declined a body it is meant for (cfg %+v): %q", c, b)
+			}
+		}
+	}
+	// Bodies it may decline; where it accepts one it must still agree.
+	bodies := []string{
+		`{"model":"m","input":null}`,
+		`{"model":"m","input":5}`,
+		`{"model":"m","input":{"role":"user"}}`,
+		`{"model":"m","input":[1]}`,
+		`{"model":"m","input":[]}`,
+		`{"model":"m"}`,
+		`{"model":"m","input":"a","input":"b"}`,
+		`{"model":"m","Input":"a"}`,
+		`{"model":"m","input":[{"role":"user","content":"q","Role":"x"}]}`,
+		`{"model":"m","input":[{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"o"}]}]}`,
+		`{"model":"m","input":[{"type":5,"content":"q"}]}`,
+		`{"model":"m","input":[{"role":"user","content":5}]}`,
+		`{"model":"m","conversation":5,"input":"q"}`,
+		`{"model":"m","conversation":{"id":5},"input":"q"}`,
+		`{"model":"m","conversation":{"ID":"c"},"input":"q"}`,
+		`{"model":"m","previous_response_id":7,"input":"q"}`,
+		`{"model":"","input":"q"}`,
+		`{"model":"m","input":"q"} x`,
+		`{"model":"m","input":[{"role":"user","content":"q"},]}`,
+		"{\"model\":\"m\",\"input\":\"a\x01b\"}",
+	}
+	for _, b := range bodies {
+		parseBothResponses(t, []byte(b), cfg)
+		parseBothResponses(t, []byte(b), ParseConfig{})
+	}
+	// Random agent-shaped bodies (all must be accepted), and truncations
+	// and single-byte mutations of them.
+	r := rand.New(rand.NewPCG(7, 8))
+	alpha := []string{"a", " ", "\\n", "\\\"", "\\u00e9", "é", "x y", "{", "}", "[", "]", ",", ":", "\\\\", "\\t"}
+	str := func() string {
+		var c strings.Builder
+		for range r.IntN(20) {
+			c.WriteString(alpha[r.IntN(len(alpha))])
+		}
+		return `"` + c.String() + `"`
+	}
+	const iters = 300
+	var whole, cuts, cutsAccepted, muts, mutsAccepted int
+	for iter := 0; iter < iters; iter++ {
+		var sb strings.Builder
+		fmt.Fprintf(&sb, `{"model":"m%d","stream":%v,"instructions":%s,"input":[`, iter%3, iter%2 == 0, str())
+		for i := range 1 + r.IntN(5) {
+			if i > 0 {
+				sb.WriteString(",")
+			}
+			switch r.IntN(5) {
+			case 0:
+				fmt.Fprintf(&sb, `{"type":"function_call","call_id":"c%d","name":"shell","arguments":%s}`, i, str())
+			case 1:
+				fmt.Fprintf(&sb, `{"type":"function_call_output","call_id":"c%d","output":%s}`, i, str())
+			case 2:
+				fmt.Fprintf(&sb, `{"type":"reasoning","summary":[{"type":"summary_text","text":%s}],"encrypted_content":"e"}`, str())
+			case 3:
+				fmt.Fprintf(&sb, `{"role":"user","content":%s}`, str())
+			default:
+				fmt.Fprintf(&sb, `{"type":"message","role":"assistant","content":[{"type":"output_text","text":%s}]}`, str())
+			}
+		}
+		sb.WriteString(`],"store":false}`)
+		body := []byte(sb.String())
+		if parseBothResponses(t, body, cfg) {
+			whole++
+		} else {
+			t.Errorf("fast path declined a well-formed generated body: %q", body)
+		}
+		for cut := 0; cut < len(body); cut += 1 + r.IntN(5) {
+			cuts++
+			if parseBothResponses(t, body[:cut], cfg) {
+				cutsAccepted++
+			}
+			m := append([]byte(nil), body...)
+			m[cut] = "{}[],:\"\\ a0-e.tfn\x01\xff"[r.IntN(18)]
+			muts++
+			if parseBothResponses(t, m, cfg) {
+				mutsAccepted++
+			}
+		}
+	}
+	t.Logf("fast path accepted %d/%d generated bodies, %d/%d truncations, %d/%d mutations", whole, iters, cutsAccepted, cuts, mutsAccepted, muts)
+	if cutsAccepted != 0 {
+		t.Errorf("fast path accepted %d truncated bodies", cutsAccepted)
+	}
+	if mutsAccepted*5 < muts {
+		t.Errorf("fast path accepted only %d of %d mutated bodies, want at least a fifth", mutsAccepted, muts)
+	}
+}
+
+// FuzzFastResponses checks, for any body, that an accepted body parses
+// exactly as the general path parses it and that a declined one still
+// gets the general path's answer; each seed it is meant for must be
+// accepted.
+func FuzzFastResponses(f *testing.F) {
+	mustAccept := map[string]bool{}
+	for _, b := range fastResponsesBodies {
+		f.Add([]byte(b))
+		mustAccept[b] = true
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		accepted := parseBothResponses(t, body, ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64})
+		if !accepted && mustAccept[string(body)] {
+			t.Fatalf("fast path declined a seed it is meant for: %q", body)
+		}
+	})
+}
+
+// agentResponsesBody is a Codex-style /v1/responses body, about 100 KiB:
+// long instructions, tools, then 20 rounds of a function call and its
+// output carrying a source file (escapes all through).
+func agentResponsesBody() []byte {
+	file := strings.Repeat("func (s *server) handle(w http.ResponseWriter, r *http.Request) {\n\tif r.Method != \"POST\" {\n\t\treturn\n\t}\n}\n", 40)
+	items := []map[string]any{{"type": "message", "role": "user", "content": []map[string]any{{"type": "input_text", "text": "fix the handler"}}}}
+	for i := range 20 {
+		id := fmt.Sprintf("call_%02d", i)
+		items = append(items,
+			map[string]any{"type": "reasoning", "summary": []any{}, "encrypted_content": strings.Repeat("gAAAAB", 40)},
+			map[string]any{"type": "function_call", "call_id": id, "name": "shell", "arguments": fmt.Sprintf(`{"cmd":["cat","pkg/f%d.go"]}`, i)},
+			map[string]any{"type": "function_call_output", "call_id": id, "output": file})
+	}
+	b, _ := json.Marshal(map[string]any{"model": "m", "stream": true, "store": false, "instructions": strings.Repeat("Follow the repository's rules. ", 300),
+		"tools": []map[string]any{{"type": "function", "name": "shell", "parameters": map[string]any{"type": "object"}}}, "input": items})
+	return b
+}
+
+func benchmarkAgentResponses(b *testing.B, fast bool) {
+	defer func(old bool) { useFastChat = old }(useFastChat)
+	useFastChat = fast
+	body := agentResponsesBody()
+	if _, ok := fastResponses(body, ParseConfig{Deployment: "d"}.withDefaults()); !ok {
+		b.Fatal("the fast path declines the agent body")
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(pathResponses, body, ParseConfig{Deployment: "d"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkParseAgentResponses is Parse of agentResponsesBody by the fast
+// path; BenchmarkParseGeneralAgentResponses by encoding/json.
+func BenchmarkParseAgentResponses(b *testing.B)        { benchmarkAgentResponses(b, true) }
+func BenchmarkParseGeneralAgentResponses(b *testing.B) { benchmarkAgentResponses(b, false) }
