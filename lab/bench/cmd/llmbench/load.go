@@ -53,8 +53,64 @@ func words(r *rand.Rand, n int) string {
 }
 
 type chatMsg struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role       string     `json:"role"`
+	Content    *string    `json:"content"`
+	ToolCalls  []toolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+}
+
+type toolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+func text(s string) *string { return &s }
+
+// promptShape is -prompts: "plain" (a system prompt and a user message of
+// words) or "agent" (what a coding agent sends: the system prompt, a task,
+// then rounds of an assistant tool call and the tool message carrying a
+// source file, line breaks, tabs and quotes all through, to the size).
+var promptShape = "plain"
+
+// sourceLines are the tool results' lines: Go source, so that the JSON
+// body has an escape every 20 bytes or so, as agents' bodies do.
+var sourceLines = strings.Split(`func (s *server) handle(w http.ResponseWriter, r *http.Request) {
+	if r.Method != "POST" {
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	var req struct {
+		Path string `+"`json:\"path\"`"+`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	fmt.Fprintf(w, "read %q\n", req.Path)
+}`, "\n")
+
+// agentTurns appends tool-call rounds to msgs until the body would reach
+// size bytes.
+func agentTurns(r *rand.Rand, msgs []chatMsg, size, base int) []chatMsg {
+	for n, round := base, 0; n < size; round++ {
+		id := fmt.Sprintf("call_%d_%d", r.IntN(1<<30), round)
+		var tc toolCall
+		tc.ID, tc.Type = id, "function"
+		tc.Function.Name = "read_file"
+		tc.Function.Arguments = fmt.Sprintf(`{"path":"pkg/%s/%s.go"}`, vocab[r.IntN(len(vocab))], vocab[r.IntN(len(vocab))])
+		var file strings.Builder
+		for file.Len() < min(size-n, 8<<10) {
+			file.WriteString(sourceLines[r.IntN(len(sourceLines))])
+			file.WriteByte('\n')
+		}
+		msgs = append(msgs, chatMsg{Role: "assistant", ToolCalls: []toolCall{tc}}, chatMsg{Role: "tool", ToolCallID: id, Content: text(file.String())})
+		n += file.Len()*11/10 + 160 // escaped, plus the round's fields
+	}
+	return msgs
 }
 
 type chatReq struct {
@@ -74,12 +130,17 @@ func makeWorkload(size int, stream bool) workload {
 	for i := range bodiesPerShape {
 		r := rand.New(rand.NewPCG(uint64(size), uint64(1000+i)))
 		req := chatReq{Model: "bench-model", Stream: stream, MaxTokens: 64, Messages: []chatMsg{
-			{Role: "system", Content: sysPrompts[i%tenants]},
-			{Role: "user", Content: ""},
+			{Role: "system", Content: text(sysPrompts[i%tenants])},
+			{Role: "user", Content: text("")},
 		}}
 		b, _ := json.Marshal(req)
-		fill := max(size-len(b), 16)
-		req.Messages[1].Content = fmt.Sprintf("Question %d: ", i) + words(r, fill)
+		if promptShape == "agent" {
+			req.Messages[1].Content = text(fmt.Sprintf("Task %d: fix the handler in pkg/%s.", i, vocab[r.IntN(len(vocab))]))
+			req.Messages = agentTurns(r, req.Messages, size, len(b))
+		} else {
+			fill := max(size-len(b), 16)
+			req.Messages[1].Content = text(fmt.Sprintf("Question %d: ", i) + words(r, fill))
+		}
 		b, _ = json.Marshal(req)
 		w.bodies = append(w.bodies, b)
 	}

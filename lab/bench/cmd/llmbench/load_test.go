@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 func TestDoOne(t *testing.T) {
@@ -57,5 +61,49 @@ func TestPhasePercentiles(t *testing.T) {
 	}
 	if got := (&phaseResult{}).pct(.99); got != 0 {
 		t.Fatalf("p99 of no samples = %v, want 0", got)
+	}
+}
+
+// TestWorkloadShapes checks both prompt shapes: bodies near the size, the
+// plain ones as before (a system prompt and a user message), the agent
+// ones with tool calls and tool messages full of escapes, and every one a
+// body llm_route keys (policies.Parse finds a prefix).
+func TestWorkloadShapes(t *testing.T) {
+	defer func(old string) { promptShape = old }(promptShape)
+	for _, shape := range []string{"plain", "agent"} {
+		promptShape = shape
+		for _, size := range []int{4096, 65536} {
+			w := makeWorkload(size, true)
+			if len(w.bodies) != bodiesPerShape {
+				t.Fatalf("%s %d: %d bodies", shape, size, len(w.bodies))
+			}
+			for i, b := range w.bodies {
+				if len(b) < size*9/10 || len(b) > size*13/10 {
+					t.Fatalf("%s %d: body %d is %d bytes", shape, size, i, len(b))
+				}
+				var req struct {
+					Messages []map[string]any `json:"messages"`
+				}
+				if err := json.Unmarshal(b, &req); err != nil {
+					t.Fatal(err)
+				}
+				escapes := bytes.Count(b, []byte(`\n`)) + bytes.Count(b, []byte(`\"`)) + bytes.Count(b, []byte(`\t`))
+				calls := bytes.Count(b, []byte(`"tool_calls"`))
+				switch shape {
+				case "plain":
+					if len(req.Messages) != 2 || calls != 0 || escapes != 0 {
+						t.Fatalf("plain body %d: %d messages, %d tool calls, %d escapes", i, len(req.Messages), calls, escapes)
+					}
+				case "agent":
+					if calls == 0 || calls != bytes.Count(b, []byte(`"tool_call_id"`)) || escapes < (len(b)/2)/40 {
+						t.Fatalf("agent body %d of %d bytes: %d tool calls, %d escapes", i, len(b), calls, escapes)
+					}
+				}
+				r, err := policies.Parse("/v1/chat/completions", b, policies.ParseConfig{Deployment: "d"})
+				if err != nil || r.NoPrefix != "" || len(r.Keys.Blocks) == 0 {
+					t.Fatalf("%s body %d: Parse %v, no prefix %q", shape, i, err, r.NoPrefix)
+				}
+			}
+		}
 	}
 }

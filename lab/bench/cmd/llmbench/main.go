@@ -97,6 +97,7 @@ func main() {
 	conc := flag.Int("concurrency", 32, "workers of the throughput phase")
 	sizes := flag.String("sizes", "4096,65536,524288", "prompt sizes in bytes")
 	modes := flag.String("modes", "json,sse", "answer modes: json (non-streaming), sse (streaming)")
+	flag.StringVar(&promptShape, "prompts", "plain", "prompt shape: plain (a system prompt and a user message of words) or agent (a coding agent's chat: tool calls and tool messages carrying source code, escapes all through)")
 	targets := flag.String("targets", defaultTargets, "targets, in order; llm_<strategy>_nousage: request_usage off; <target>@<caddy binary>: the target run by another build, side by side")
 	streams := flag.Int("streams", 0, "concurrency test: streams held at once (default 2000, quick 500)")
 	streamIv := flag.Duration("stream-interval", 500*time.Millisecond, "concurrency test: time between chunks")
@@ -348,7 +349,7 @@ func run(o options) error {
 			Quick: o.quick, Rounds: o.rounds, WarmupS: o.warm.Seconds(), ThroughputS: o.dur.Seconds(), LatencyS: o.latDur.Seconds(),
 			LatencyRate: o.rate, Slices: o.slices, Concurrency: o.conc, Upstreams: o.nUpstreams, Targets: targets, Sizes: o.sizes,
 			MaxInFlight: o.maxInFlight, Streams: o.streams, StreamInterval: o.streamIv.String(), StreamHold: o.hold.String(), StreamPrompt: o.streamPrompt,
-			Tenants: tenants, BodiesPerShape: bodiesPerShape, StreamChunksFast: streamChunks,
+			Tenants: tenants, BodiesPerShape: bodiesPerShape, StreamChunksFast: streamChunks, Prompts: promptShape,
 			Percentiles: percentileMethod,
 		},
 	}

@@ -129,25 +129,28 @@ type envInfo struct {
 }
 
 type runConfig struct {
-	Quick            bool     `json:"quick"`
-	Rounds           int      `json:"rounds"`
-	WarmupS          float64  `json:"warmup_s"`
-	ThroughputS      float64  `json:"throughput_phase_s"`
-	LatencyS         float64  `json:"latency_phase_s"`
-	LatencyRate      int      `json:"latency_rate_rps_per_target"`
-	Slices           int      `json:"throughput_slices"`
-	Concurrency      int      `json:"concurrency"`
-	Upstreams        int      `json:"upstreams"`
-	Targets          []string `json:"targets"`
-	Sizes            []int    `json:"prompt_bytes"`
-	MaxInFlight      int      `json:"max_in_flight"`
-	Streams          int      `json:"streams"`
-	StreamInterval   string   `json:"stream_interval"`
-	StreamHold       string   `json:"stream_hold"`
-	StreamPrompt     int      `json:"stream_prompt_bytes"`
-	Tenants          int      `json:"tenants"`
-	BodiesPerShape   int      `json:"bodies_per_workload"`
-	StreamChunksFast int      `json:"sse_content_chunks"`
+	Quick          bool     `json:"quick"`
+	Rounds         int      `json:"rounds"`
+	WarmupS        float64  `json:"warmup_s"`
+	ThroughputS    float64  `json:"throughput_phase_s"`
+	LatencyS       float64  `json:"latency_phase_s"`
+	LatencyRate    int      `json:"latency_rate_rps_per_target"`
+	Slices         int      `json:"throughput_slices"`
+	Concurrency    int      `json:"concurrency"`
+	Upstreams      int      `json:"upstreams"`
+	Targets        []string `json:"targets"`
+	Sizes          []int    `json:"prompt_bytes"`
+	MaxInFlight    int      `json:"max_in_flight"`
+	Streams        int      `json:"streams"`
+	StreamInterval string   `json:"stream_interval"`
+	StreamHold     string   `json:"stream_hold"`
+	StreamPrompt   int      `json:"stream_prompt_bytes"`
+	Tenants        int      `json:"tenants"`
+	BodiesPerShape int      `json:"bodies_per_workload"`
+	// Prompts is the prompt shape (-prompts: plain or agent; absent from
+	// results recorded before it existed, which are plain).
+	Prompts          string `json:"prompts,omitempty"`
+	StreamChunksFast int    `json:"sse_content_chunks"`
 	// Percentiles names the percentile definition of every TTFB figure
 	// (absent from results recorded before it changed from nearest rank).
 	Percentiles string `json:"percentiles"`
@@ -612,6 +615,9 @@ func (r *report) markdown(w io.Writer) {
 	}
 	fmt.Fprintf(w, ".\n%d round(s). Per round and workload: %.1f s per target at concurrency %d in %d slices alternating between targets (req/s, CPU, peak RSS; medians over rounds, ratios = medians of per-round pairs with stock Caddy), then %.0f s of a fixed-rate stream, %d req/s per target (fewer above 16 KiB prompts: %d at 64 KiB), sent to all targets in turn (TTFB percentiles over all rounds' samples, interpolated linearly between ranks; CI = bootstrap).\n\n",
 		r.Config.Rounds, r.Config.ThroughputS, r.Config.Concurrency, r.Config.Slices, r.Config.LatencyS, r.Config.LatencyRate, latencyRate(r.Config.LatencyRate, 64<<10))
+	if r.Config.Prompts == "agent" {
+		fmt.Fprintf(w, "Prompts: agent (-prompts agent): a coding agent's chat bodies, the tenant's system prompt (half the size), a task, then rounds of an assistant tool call and a tool message carrying Go source (an escape every 20 bytes or so).\n\n")
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "Note: %s\n\n", n)
 	}
