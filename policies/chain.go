@@ -59,6 +59,10 @@ func (c *sink) initChain(leading uint64, blockSize, maxBlocks, sizeHint int) {
 	c.blocks = make([]uint64, 0, n)
 }
 
+// capped reports whether the chain has all its blocks: what is written
+// after only adds to the byte count.
+func (c *sink) capped() bool { return c.digest == nil && len(c.blocks) >= c.max }
+
 // WriteString appends s to the rendering.
 func (c *sink) WriteString(s string) {
 	if c.digest != nil {

@@ -44,6 +44,19 @@ func (s *fscan) ws() {
 // (quotes included) and whether it holds escapes. It reads each byte once
 // (jsonscan.StringEnd: quotes, backslashes and control bytes eight bytes
 // at a time).
+// strLen is str that returns the literal's decoded length instead (-1 when
+// it cannot be told without decoding: a \u escape); it holds escapes when
+// n != len(lit)-2.
+func (s *fscan) strLen() (lit []byte, n int, ok bool) {
+	end, n, ok := jsonscan.StringEndLen(s.b, s.i)
+	if !ok {
+		return nil, 0, false
+	}
+	lit = s.b[s.i:end]
+	s.i = end
+	return lit, n, true
+}
+
 func (s *fscan) str() (lit []byte, esc, ok bool) {
 	end, esc, ok := jsonscan.StringEnd(s.b, s.i)
 	if !ok {
@@ -399,12 +412,12 @@ func (s *fscan) content(c *content) bool {
 	case s.lit("null"):
 		return true
 	case s.i < len(s.b) && s.b[s.i] == '"':
-		lit, esc, ok := s.str()
+		lit, n, ok := s.strLen()
 		if !ok {
 			return false
 		}
-		if esc {
-			*c = content{lit: lit, kind: shapeString}
+		if n != len(lit)-2 {
+			*c = content{lit: lit, n: n, kind: shapeString}
 			return true
 		}
 		t, _ := text(lit, false)

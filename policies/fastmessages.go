@@ -198,13 +198,13 @@ func (s *fscan) blocks(b *blocks, depth int) bool {
 	case s.lit("null"):
 		return true
 	case s.i < len(s.b) && s.b[s.i] == '"':
-		lit, esc, ok := s.str()
+		lit, n, ok := s.strLen()
 		if !ok {
 			return false
 		}
-		if esc {
+		if n != len(lit)-2 {
 			// Decoded as it renders: no copy of the prompt.
-			*b = blocks{lit: lit, kind: shapeString}
+			*b = blocks{lit: lit, n: n, kind: shapeString}
 			return true
 		}
 		t, _ := text(lit, false)

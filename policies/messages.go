@@ -56,13 +56,14 @@ type anthropicMessage struct {
 type blocks struct {
 	text string
 	lit  []byte
+	n    int // lit's decoded length, -1 when unknown (content.n)
 	list []block
 	kind shape
 }
 
 // content returns a string or absent blocks as a chat content.
 func (b *blocks) content() content {
-	return content{text: b.text, lit: b.lit, kind: b.kind}
+	return content{text: b.text, lit: b.lit, n: b.n, kind: b.kind}
 }
 
 // str returns a string content's text, decoding lit.

@@ -158,6 +158,7 @@ type chatMessage struct {
 type content struct {
 	text  string
 	lit   []byte
+	n     int // lit's decoded length, -1 when it has a \u escape
 	parts []contentPart
 	kind  shape
 }

@@ -253,7 +253,18 @@ func isHex(c byte) bool { return c-'0' < 10 || (c|0x20)-'a' < 6 }
 // are each searched once over the literal (bytes.IndexByte for the first
 // two), whatever its escapes.
 func StringEnd(b []byte, i int) (end int, esc, ok bool) {
+	end, n, ok := StringEndLen(b, i)
+	return end, ok && n != end-i-2, ok
+}
+
+// StringEndLen is StringEnd that also returns the literal's length once
+// decoded (quotes excluded), or -1 when it holds a \u escape, whose length
+// depends on the rune: each other escape is two bytes that decode to one,
+// and the scan visits every escape anyway. The renderer counts a string
+// that lies past the block cap by it instead of decoding it.
+func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 	j := i + 1
+	escapes, unicode := 0, false
 	// Keys and short values: eight bytes at a time, the first quote,
 	// backslash or control byte ends them sooner than the searches below
 	// get going. In each mask the lowest set bit is exact (a borrow only
@@ -267,7 +278,7 @@ func StringEnd(b []byte, i int) (end int, esc, ok bool) {
 		}
 		at := k + bits.TrailingZeros64(m)/8
 		if b[at] == '"' {
-			return at + 1, false, true
+			return at + 1, at - i - 1, true
 		}
 		break // an escape or a control byte: the general scan
 	}
@@ -276,7 +287,7 @@ func StringEnd(b []byte, i int) (end int, esc, ok bool) {
 		if q < j {
 			k := bytes.IndexByte(b[j:], '"')
 			if k < 0 {
-				return 0, false, false
+				return 0, 0, false
 			}
 			q = j + k
 		}
@@ -284,28 +295,32 @@ func StringEnd(b []byte, i int) (end int, esc, ok bool) {
 		k := bytes.IndexByte(seg, '\\')
 		if k < 0 {
 			if hasCtl(seg) {
-				return 0, false, false
+				return 0, 0, false
 			}
-			return q + 1, esc, true
+			if unicode {
+				return q + 1, -1, true
+			}
+			return q + 1, q - i - 1 - escapes, true
 		}
 		if hasCtl(seg[:k]) {
-			return 0, false, false
+			return 0, 0, false
 		}
-		esc = true
+		escapes++
 		j += k
 		if j+1 >= len(b) {
-			return 0, false, false
+			return 0, 0, false
 		}
 		switch b[j+1] {
 		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			j += 2
 		case 'u':
 			if j+6 > len(b) || !isHex(b[j+2]) || !isHex(b[j+3]) || !isHex(b[j+4]) || !isHex(b[j+5]) {
-				return 0, false, false
+				return 0, 0, false
 			}
+			unicode = true
 			j += 6
 		default:
-			return 0, false, false
+			return 0, 0, false
 		}
 	}
 }

@@ -131,33 +131,42 @@ func FuzzSkip(f *testing.F) {
 // TestStringEnd proves the literal scan ends where a byte-by-byte
 // reading of JSON's string grammar ends, and fails where it fails.
 func TestStringEnd(t *testing.T) {
-	ref := func(b []byte) (int, bool, bool) {
-		esc := false
+	// ref also returns the decoded length: one byte per escape but \u
+	// (whose length depends on the rune: -1), the others as they are.
+	ref := func(b []byte) (int, bool, bool, int) {
+		esc, n, unicode := false, 0, false
 		for j := 1; j < len(b); j++ {
 			switch c := b[j]; {
 			case c == '"':
-				return j + 1, esc, true
+				if unicode {
+					n = -1
+				}
+				return j + 1, esc, true, n
 			case c < 0x20:
-				return 0, false, false
+				return 0, false, false, 0
 			case c == '\\':
 				esc = true
 				if j+1 >= len(b) {
-					return 0, false, false
+					return 0, false, false, 0
 				}
 				switch b[j+1] {
 				case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 					j++
+					n++
 				case 'u':
 					if j+6 > len(b) || !isHex(b[j+2]) || !isHex(b[j+3]) || !isHex(b[j+4]) || !isHex(b[j+5]) {
-						return 0, false, false
+						return 0, false, false, 0
 					}
 					j += 5
+					unicode = true
 				default:
-					return 0, false, false
+					return 0, false, false, 0
 				}
+			default:
+				n++
 			}
 		}
-		return 0, false, false
+		return 0, false, false, 0
 	}
 	r := rand.New(rand.NewPCG(9, 10))
 	// The long runs take StringEnd past its first words into the long scan.
@@ -165,7 +174,7 @@ func TestStringEnd(t *testing.T) {
 		strings.Repeat("p", 40), strings.Repeat("q", 200)}
 	tails := []string{"", `,"k":"v\n"}`, `"` + strings.Repeat("y", 40) + `"`}
 	longRun := regexp.MustCompile(`[^"\\\x00-\x1f]{40}`) // past the 32-byte word scan
-	accepted, escaped, long := 0, 0, 0
+	accepted, escaped, long, counted := 0, 0, 0, 0
 	for range 50000 {
 		b := []byte{'"'}
 		for range r.IntN(12) {
@@ -174,9 +183,15 @@ func TestStringEnd(t *testing.T) {
 		// What follows the string lies in the word scans' reach too.
 		b = append(b, tails[r.IntN(len(tails))]...)
 		end, esc, ok := StringEnd(b, 0)
-		wend, wesc, wok := ref(b)
+		wend, wesc, wok, wn := ref(b)
 		if ok != wok || (ok && (end != wend || esc != wesc)) {
 			t.Fatalf("StringEnd(%q) = %d %v %v, want %d %v %v", b, end, esc, ok, wend, wesc, wok)
+		}
+		if lend, n, lok := StringEndLen(b, 0); lok != ok || lend != end || (ok && n != wn) {
+			t.Fatalf("StringEndLen(%q) = %d %d %v, want %d %d %v", b, lend, n, lok, wend, wn, wok)
+		}
+		if ok && wn >= 0 && esc {
+			counted++ // an escaped literal whose decoded length is known
 		}
 		if ok {
 			accepted++
@@ -188,10 +203,10 @@ func TestStringEnd(t *testing.T) {
 			}
 		}
 	}
-	if accepted < 10000 || escaped < 2000 || accepted-escaped < 2000 || long < 2000 {
+	if accepted < 10000 || escaped < 2000 || accepted-escaped < 2000 || long < 2000 || counted < 1000 {
 		t.Fatalf("too few cases exercised: %d accepted, %d of them with escapes, %d with a run past the word scan", accepted, escaped, long)
 	}
-	t.Logf("%d accepted, %d with escapes, %d with a run past the word scan", accepted, escaped, long)
+	t.Logf("%d accepted, %d with escapes (%d of them with a known decoded length), %d with a run past the word scan", accepted, escaped, counted, long)
 }
 
 // TestHasCtl proves the 32-bytes-a-step search finds a control byte
