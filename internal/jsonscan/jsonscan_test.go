@@ -281,3 +281,24 @@ func TestObjectAndArray(t *testing.T) {
 	}
 	assert.Equal(t, 3, accepted)
 }
+
+// BenchmarkStringEnd scans one 256 KiB string literal: plain words, and
+// escaped Go source (a line break, tab or quote every 15 bytes or so, as
+// in an agent's tool results).
+func BenchmarkStringEnd(b *testing.B) {
+	src := "func (s *server) handle(w http.ResponseWriter, r *http.Request) {\n\tif r.Method != \"POST\" {\n\t\treturn\n\t}\n}\n"
+	for _, c := range []struct{ name, text string }{
+		{"plain", strings.Repeat("the quick brown fox jumps over the lazy dog ", 6000)},
+		{"escaped", strings.Repeat(src, 2500)},
+	} {
+		lit, _ := json.Marshal(c.text)
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(lit)))
+			for b.Loop() {
+				if end, _, ok := StringEnd(lit, 0); !ok || end != len(lit) {
+					b.Fatal(end, ok)
+				}
+			}
+		})
+	}
+}
