@@ -444,7 +444,7 @@ func (s *fscan) part(p *contentPart) bool {
 		case "type":
 			return s.textField(&p.Type)
 		case "text":
-			return s.textField(&p.Text)
+			return s.lazyText(&p.Text)
 		case "image_url":
 			return s.imageURL(&p.ImageURL)
 		case "video_url":

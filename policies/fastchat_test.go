@@ -63,7 +63,7 @@ var fastChatBodies = []string{
 	`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a long shared system prompt. ", 200) + `"}]}`,
 	// Escaped contents past the block cap (of the 16-byte, 64-block
 	// config): counted, not decoded.
-	`{"model":"m","messages":[{"role":"system","content":"` + strings.Repeat("rules. ", 200) + `"},{"role":"user","content":"` + strings.Repeat(`a\n\t\"b\\`, 100) + `"},{"role":"tool","tool_call_id":"c","content":"x\u00e9\ny"}]}`,
+	`{"model":"m","messages":[{"role":"system","content":"` + strings.Repeat("rules. ", 200) + `"},{"role":"user","content":"` + strings.Repeat(`a\n\t\"b\\`, 100) + `"},{"role":"tool","tool_call_id":"c","content":"x\u00e9\ny"},{"role":"user","content":[{"type":"text","text":"p\n\"q\""},{"type":"text","text":"\u00e9\n"}]}]}`,
 	// What agents send: parts, tool calls, tool results, names.
 	`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"q"},{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"low"}},{"type":"image_url","image_url":"data:image/png;base64,iVBO"}]}]}`,
 	`{"model":"m","tools":[{"type":"function","function":{"name":"read","parameters":{"type":"object"}}}],"messages":[{"role":"system","content":"s"},{"role":"user","name":"ann","content":"read a.go"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"read","arguments":"{\"path\":\"a.go\"}"}},{"id":"call_2","type":"function","function":null}]},{"role":"tool","tool_call_id":"call_1","content":"package main\n\nfunc main() {\n\tprintln(\"hi\")\n}\n"},{"role":"user","content":[{"type":"text","text":"go on"}]}]}`,

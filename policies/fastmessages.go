@@ -229,7 +229,7 @@ func (s *fscan) block(bl *block, depth int) bool {
 		case "type":
 			return s.textField(&bl.Type)
 		case "text":
-			return s.textField(&bl.Text)
+			return s.lazyText(&bl.Text)
 		case "id":
 			return s.textField(&bl.ID)
 		case "name":

@@ -54,7 +54,7 @@ var fastMessagesBodies = []string{
 	`{"model":"m","prompt_cache_key":"k","cache_salt":"s","messages":[{"role":"user","content":"caf\u00e9 \ud83d\ude00 \n\t\"\\ \/"}]}`,
 	` { "model" : "m" , "system" : null , "messages" : [ { "role" : "user" , "content" : [ { "type" : "text" , "text" : "q" } ] } ] } `,
 	`{"messages":[{"content":"hi","role":"user"}],"model":"m","temperature":0.7,"stop_sequences":["\n\nHuman:"]}`,
-	`{"model":"m","system":"` + strings.Repeat("rules. ", 200) + `","messages":[{"role":"user","content":"` + strings.Repeat(`a\n\t\"b\\`, 100) + `"},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"x\u00e9\ny\n"},{"type":"tool_result","tool_use_id":"u","content":"p\nq"}]}]}`,
+	`{"model":"m","system":"` + strings.Repeat("rules. ", 200) + `","messages":[{"role":"user","content":"` + strings.Repeat(`a\n\t\"b\\`, 100) + `"},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"x\u00e9\ny\n"},{"type":"tool_result","tool_use_id":"u","content":"p\nq"},{"type":"tool_result","tool_use_id":"v","content":[{"type":"text","text":"f\n\tg\n"}]},{"type":"text","text":"r\"s\""}]}]}`,
 	`{"model":"m","system":"` + strings.Repeat("a long shared system prompt. ", 200) + `","messages":[{"role":"user","content":[{"type":"text","text":"` + strings.Repeat(`line of code\n\t\"quoted\"\n`, 100) + `"}]}]}`,
 }
 

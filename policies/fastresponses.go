@@ -111,7 +111,7 @@ func (s *fscan) items(out *[]responseItem) bool {
 			case "arguments":
 				return s.textField(&it.Arguments)
 			case "output":
-				return s.textField(&it.Output)
+				return s.lazyText(&it.Output)
 			case "summary":
 				return s.rawValue(&it.Summary)
 			case "encrypted_content":

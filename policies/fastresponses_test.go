@@ -50,6 +50,8 @@ var fastResponsesBodies = []string{
 	`{"model":"m","conversation":{"id":"conv_2","x":1},"input":[{"role":"system","content":"s"},{"role":"user","content":"u"}]}`,
 	`{"model":"m","conversation":null,"previous_response_id":null,"instructions":null,"input":[{"type":"message","role":"user","content":null},{"type":"item_reference","id":"r1"}]}`,
 	` { "model" : "m" , "input" : [ { "role" : "user" , "content" : "caf\u00e9 \ud83d\ude00" } ] } `,
+	// Escaped outputs and texts past the block cap of the 1 KiB test config.
+	`{"model":"m","instructions":"` + strings.Repeat("rules. ", 200) + `","input":[{"type":"function_call","call_id":"c","name":"cat","arguments":"{\"p\":1}"},{"type":"function_call_output","call_id":"c","output":"a\n\tb\n"},{"role":"user","content":[{"type":"input_text","text":"go \"on\"\n"}]}]}`,
 }
 
 func TestFastResponsesMatchesGeneral(t *testing.T) {

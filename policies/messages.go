@@ -285,7 +285,7 @@ func blockFields(bl *block) string {
 		switch v.kind {
 		case shapeString:
 			w.WriteString("<|" + name + "|>")
-			w.WriteString(v.s)
+			w.WriteString(v.str())
 			w.WriteString("\n")
 		case shapeOther:
 			w.WriteString("<|" + name + "|>")

@@ -39,13 +39,7 @@ func renderContent(w *sink, c *content) {
 	switch c.kind {
 	case shapeString:
 		if c.lit != nil {
-			if c.n >= 0 && w.capped() {
-				// Past the block cap only the length counts: no need
-				// to decode it (most of an agent's tool results).
-				w.total += c.n
-				return
-			}
-			w.writeUnquoted(c.lit)
+			w.writeLit(c.lit, c.n)
 			return
 		}
 		w.WriteString(c.text)

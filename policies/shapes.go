@@ -47,6 +47,12 @@ type jsonText struct {
 	s    string
 	raw  []byte
 	kind shape
+	// lit is set instead of s by the fast paths for text that is mostly
+	// rendered (parts' and blocks' text, function outputs) when it has
+	// escapes: the literal, decoded as it renders (or by str), with n its
+	// decoded length (-1 when unknown: a \u escape).
+	lit []byte
+	n   int
 }
 
 func (t *jsonText) UnmarshalJSON(data []byte) error {
@@ -65,6 +71,10 @@ func (t *jsonText) UnmarshalJSON(data []byte) error {
 // str returns the string value, or "" when the field was not a string.
 func (t *jsonText) str() string {
 	if t.kind == shapeString {
+		if t.lit != nil {
+			v, _ := unquote(t.lit)
+			return v
+		}
 		return t.s
 	}
 	return ""
@@ -74,6 +84,10 @@ func (t *jsonText) str() string {
 func (t *jsonText) render(w *sink) {
 	switch t.kind {
 	case shapeString:
+		if t.lit != nil {
+			w.writeLit(t.lit, t.n)
+			return
+		}
 		w.WriteString(t.s)
 	case shapeOther:
 		w.Write(t.raw)

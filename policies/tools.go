@@ -278,6 +278,26 @@ func (s *fscan) textField(t *jsonText) bool {
 	return ok
 }
 
+// lazyText is textField for text that is mostly rendered: an escaped
+// string is kept as its literal (jsonText.lit), decoded as it renders, or
+// only counted past the block cap.
+func (s *fscan) lazyText(t *jsonText) bool {
+	if s.i >= len(s.b) || s.b[s.i] != '"' {
+		return s.textField(t)
+	}
+	lit, n, ok := s.strLen()
+	if !ok {
+		return false
+	}
+	if n != len(lit)-2 {
+		*t = jsonText{lit: lit, n: n, kind: shapeString}
+		return true
+	}
+	v, _ := text(lit, false)
+	*t = jsonText{s: v, kind: shapeString}
+	return true
+}
+
 // rawValue scans any value into r (null as absent), without copying it.
 func (s *fscan) rawValue(r *rawField) bool {
 	v, ok := s.skip()

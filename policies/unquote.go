@@ -105,6 +105,17 @@ func hex4(s []byte) (rune, bool) {
 // for, for the one-byte escapes ('u' is not among them).
 var unescaped = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
+// writeLit renders an escaped literal whose decoded length is n (-1 when
+// unknown): past the block cap only the length counts, so it is added
+// without decoding (most of an agent's tool results lie there).
+func (c *sink) writeLit(lit []byte, n int) {
+	if n >= 0 && c.capped() {
+		c.total += n
+		return
+	}
+	c.writeUnquoted(lit)
+}
+
 // writeUnquoted renders the string literal lit (quotes included, valid
 // JSON: jsonscan.StringEnd accepted it) into the sink as unquote decodes
 // it, byte for byte, without building the string: the runs between
