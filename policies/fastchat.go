@@ -44,9 +44,8 @@ func (s *fscan) ws() {
 // (quotes included) and whether it holds escapes. It reads each byte once
 // (jsonscan.StringEnd: quotes, backslashes and control bytes eight bytes
 // at a time).
-// strLen is str that returns the literal's decoded length instead (-1 when
-// it cannot be told without decoding: a \u escape); it holds escapes when
-// n != len(lit)-2.
+// strLen is str that returns the literal's decoded length instead
+// (jsonscan.StringEndLen); it holds escapes when n != len(lit)-2.
 func (s *fscan) strLen() (lit []byte, n int, ok bool) {
 	end, n, ok := jsonscan.StringEndLen(s.b, s.i)
 	if !ok {

@@ -56,7 +56,7 @@ type anthropicMessage struct {
 type blocks struct {
 	text string
 	lit  []byte
-	n    int // lit's decoded length, -1 when unknown (content.n)
+	n    int // lit's decoded length (content.n)
 	list []block
 	kind shape
 }

@@ -50,7 +50,7 @@ type jsonText struct {
 	// lit is set instead of s by the fast paths for text that is mostly
 	// rendered (parts' and blocks' text, function outputs) when it has
 	// escapes: the literal, decoded as it renders (or by str), with n its
-	// decoded length (-1 when unknown: a \u escape).
+	// decoded length.
 	lit []byte
 	n   int
 }
@@ -172,7 +172,7 @@ type chatMessage struct {
 type content struct {
 	text  string
 	lit   []byte
-	n     int // lit's decoded length, -1 when it has a \u escape
+	n     int // lit's decoded length
 	parts []contentPart
 	kind  shape
 }

@@ -105,11 +105,11 @@ func hex4(s []byte) (rune, bool) {
 // for, for the one-byte escapes ('u' is not among them).
 var unescaped = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
-// writeLit renders an escaped literal whose decoded length is n (-1 when
-// unknown): past the block cap only the length counts, so it is added
-// without decoding (most of an agent's tool results lie there).
+// writeLit renders an escaped literal whose decoded length is n: past the
+// block cap only the length counts, so it is added without decoding (most
+// of an agent's tool results lie there).
 func (c *sink) writeLit(lit []byte, n int) {
-	if n >= 0 && c.capped() {
+	if c.capped() {
 		c.total += n
 		return
 	}

@@ -246,6 +246,26 @@ func hasCtl(b []byte) bool {
 
 func isHex(c byte) bool { return c-'0' < 10 || (c|0x20)-'a' < 6 }
 
+// hex4 decodes the four hex digits at b[i:], or reports false.
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case c-'0' < 10:
+			c -= '0'
+		case (c|0x20)-'a' < 6:
+			c = (c | 0x20) - 'a' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
 // StringEnd scans the string literal whose opening quote is b[i]: it
 // returns the index just past its closing quote and whether it holds
 // escapes, or ok false when it is not a valid JSON string (a control byte,
@@ -258,13 +278,15 @@ func StringEnd(b []byte, i int) (end int, esc, ok bool) {
 }
 
 // StringEndLen is StringEnd that also returns the literal's length once
-// decoded (quotes excluded), or -1 when it holds a \u escape, whose length
-// depends on the rune: each other escape is two bytes that decode to one,
-// and the scan visits every escape anyway. The renderer counts a string
-// that lies past the block cap by it instead of decoding it.
+// decoded (quotes excluded), as the module decodes it: bytes other than
+// escapes as they are (invalid UTF-8 too), each one-byte escape one byte,
+// \uXXXX the UTF-8 of its rune, a surrogate pair the four bytes of the
+// rune it makes, a lone surrogate U+FFFD's three. The scan visits every
+// escape anyway; the renderer counts a string that lies past the block cap
+// by it instead of decoding it.
 func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 	j := i + 1
-	escapes, unicode := 0, false
+	escapes, shrink := 0, 0 // shrink: the bytes the escapes lose in decoding
 	// Keys and short values: eight bytes at a time, the first quote,
 	// backslash or control byte ends them sooner than the searches below
 	// get going. In each mask the lowest set bit is exact (a borrow only
@@ -303,10 +325,7 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 			if p < stop {
 				switch b[p] {
 				case '"':
-					if unicode {
-						return p + 1, -1, true
-					}
-					return p + 1, p - i - 1 - escapes, true
+					return p + 1, p - i - 1 - shrink, true
 				case '\\':
 					k = p
 				default:
@@ -329,10 +348,7 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 				if hasCtl(seg) {
 					return 0, 0, false
 				}
-				if unicode {
-					return q + 1, -1, true
-				}
-				return q + 1, q - i - 1 - escapes, true
+				return q + 1, q - i - 1 - shrink, true
 			}
 			if hasCtl(seg[:n]) {
 				return 0, 0, false
@@ -347,12 +363,31 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 		switch b[j+1] {
 		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			j += 2
+			shrink++
 		case 'u':
-			if j+6 > len(b) || !isHex(b[j+2]) || !isHex(b[j+3]) || !isHex(b[j+4]) || !isHex(b[j+5]) {
+			r, ok := hex4(b, j+2)
+			if !ok {
 				return 0, 0, false
 			}
-			unicode = true
 			j += 6
+			switch {
+			case r < 0x80:
+				shrink += 5
+			case r < 0x800:
+				shrink += 4
+			case r < 0xd800 || r >= 0xe000:
+				shrink += 3
+			default: // a surrogate: with a low one after a high one, a pair
+				if r < 0xdc00 && j+6 <= len(b) && b[j] == '\\' && b[j+1] == 'u' {
+					if r2, ok := hex4(b, j+2); ok && r2 >= 0xdc00 && r2 < 0xe000 {
+						escapes++
+						j += 6
+						shrink += 8 // twelve bytes, one four-byte rune
+						break
+					}
+				}
+				shrink += 3 // U+FFFD
+			}
 		default:
 			return 0, 0, false
 		}
