@@ -244,7 +244,8 @@ func (s *fscan) block(bl *block, depth int) bool {
 			if s.lit("null") {
 				return true
 			}
-			src := &bl.Source
+			src := &blockSource{}
+			bl.Source = src
 			return s.object(sourceNames, func(k string) bool {
 				switch k {
 				case "type":

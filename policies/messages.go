@@ -96,20 +96,31 @@ func (b *blocks) UnmarshalJSON(data []byte) error {
 
 // block is one content block; which fields it has depends on its type.
 type block struct {
-	Type      jsonText    `json:"type"`
-	Text      jsonText    `json:"text"`
-	ID        jsonText    `json:"id"`
-	Name      jsonText    `json:"name"`
-	Input     rawField    `json:"input"`
-	ToolUseID jsonText    `json:"tool_use_id"`
-	Content   blocks      `json:"content"`
-	Source    blockSource `json:"source"`
-	Title     jsonText    `json:"title"`
-	Context   jsonText    `json:"context"`
-	Thinking  jsonText    `json:"thinking"`
-	Signature jsonText    `json:"signature"`
-	Data      jsonText    `json:"data"`
+	Type      jsonText     `json:"type"`
+	Text      jsonText     `json:"text"`
+	ID        jsonText     `json:"id"`
+	Name      jsonText     `json:"name"`
+	Input     rawField     `json:"input"`
+	ToolUseID jsonText     `json:"tool_use_id"`
+	Content   blocks       `json:"content"`
+	Source    *blockSource `json:"source"` // images and documents only: a pointer keeps a block small
+	Title     jsonText     `json:"title"`
+	Context   jsonText     `json:"context"`
+	Thinking  jsonText     `json:"thinking"`
+	Signature jsonText     `json:"signature"`
+	Data      jsonText     `json:"data"`
 }
+
+// source returns the block's source, or an empty one.
+func (bl *block) source() *blockSource {
+	if bl.Source == nil {
+		return &noSource
+	}
+	return bl.Source
+}
+
+// noSource is what a block without a source reads (never written).
+var noSource blockSource
 
 // blockSource is an image's or a document's source.
 type blockSource struct {
@@ -265,7 +276,7 @@ func partOf(bl *block) contentPart {
 	case "text":
 		return contentPart{Type: bl.Type, Text: bl.Text}
 	case "image":
-		src := &bl.Source
+		src := bl.source()
 		switch src.Type.str() {
 		case "url":
 			return contentPart{Type: textField("image_url"), ImageURL: imageURL{url: src.URL}}
@@ -307,7 +318,7 @@ func blockFields(bl *block) string {
 		w.Write(bl.Input)
 		w.WriteString("\n")
 	}
-	src := &bl.Source
+	src := bl.source()
 	f("source_type", &src.Type)
 	f("media_type", &src.MediaType)
 	f("source_data", &src.Data)

@@ -44,15 +44,16 @@ func decodeString(data []byte, s *string) bool {
 // jsonText is a field that should be a string. Any other non-null value is
 // kept as raw JSON so that it can still be rendered deterministically.
 type jsonText struct {
-	s    string
+	s string
+	// raw is the raw JSON of a value of another kind (shapeOther); for a
+	// string it is set, instead of s, by the fast paths for text that is
+	// mostly rendered (parts' and blocks' text, function outputs) when it
+	// has escapes: the literal, decoded as it renders (or by str), with n
+	// its decoded length. One field for both keeps jsonText at 48 bytes; a
+	// block holds eighteen.
 	raw  []byte
+	n    int32
 	kind shape
-	// lit is set instead of s by the fast paths for text that is mostly
-	// rendered (parts' and blocks' text, function outputs) when it has
-	// escapes: the literal, decoded as it renders (or by str), with n its
-	// decoded length.
-	lit []byte
-	n   int
 }
 
 func (t *jsonText) UnmarshalJSON(data []byte) error {
@@ -71,8 +72,8 @@ func (t *jsonText) UnmarshalJSON(data []byte) error {
 // str returns the string value, or "" when the field was not a string.
 func (t *jsonText) str() string {
 	if t.kind == shapeString {
-		if t.lit != nil {
-			v, _ := unquote(t.lit)
+		if t.raw != nil {
+			v, _ := unquote(t.raw)
 			return v
 		}
 		return t.s
@@ -84,8 +85,8 @@ func (t *jsonText) str() string {
 func (t *jsonText) render(w *sink) {
 	switch t.kind {
 	case shapeString:
-		if t.lit != nil {
-			w.writeLit(t.lit, t.n)
+		if t.raw != nil {
+			w.writeLit(t.raw, int(t.n))
 			return
 		}
 		w.WriteString(t.s)

@@ -279,7 +279,7 @@ func (s *fscan) textField(t *jsonText) bool {
 }
 
 // lazyText is textField for text that is mostly rendered: an escaped
-// string is kept as its literal (jsonText.lit), decoded as it renders, or
+// string is kept as its literal (jsonText.raw), decoded as it renders, or
 // only counted past the block cap.
 func (s *fscan) lazyText(t *jsonText) bool {
 	if s.i >= len(s.b) || s.b[s.i] != '"' {
@@ -290,7 +290,7 @@ func (s *fscan) lazyText(t *jsonText) bool {
 		return false
 	}
 	if n != len(lit)-2 {
-		*t = jsonText{lit: lit, n: n, kind: shapeString}
+		*t = jsonText{raw: lit, n: int32(n), kind: shapeString}
 		return true
 	}
 	v, _ := text(lit, false)
@@ -362,8 +362,9 @@ func appendField(out []byte, p []byte) []byte {
 func appendText(out []byte, t *jsonText) []byte {
 	switch t.kind {
 	case shapeString:
-		out = binary.LittleEndian.AppendUint64(out, uint64(len(t.s)))
-		return append(out, t.s...)
+		v := t.str()
+		out = binary.LittleEndian.AppendUint64(out, uint64(len(v)))
+		return append(out, v...)
 	case shapeOther:
 		return appendField(out, t.raw)
 	}
