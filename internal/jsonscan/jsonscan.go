@@ -305,8 +305,27 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 		break // an escape or a control byte: the general scan
 	}
 	q := -1 // the next quote at or after j, once found
+	// The runs between the last escapes: short ones (source code) make
+	// the chunks pay, long ones (prose with line breaks) do not.
+	gap, prevGap := nearEscape+1, nearEscape+1
 	for {
 		k := -1 // the next backslash
+		if gap <= nearEscape && prevGap <= nearEscape && j+64 <= len(b) {
+			// Text full of escapes: 64 bytes at a time, every escape in
+			// them resolved with bit operations; the scans below take
+			// over where that stops paying (or cannot be done).
+			gap, prevGap = nearEscape+1, nearEscape+1
+			end, next, esc, less, ok := escapedChunks(b, j)
+			if !ok {
+				return 0, 0, false
+			}
+			escapes += esc
+			shrink += less
+			if end > 0 {
+				return end, end - i - 2 - shrink, true
+			}
+			j = next
+		}
 		if escapes > 0 {
 			// Past an escape the next one is often near (source code
 			// has a line break, a tab or a quote every 15 bytes or so):
@@ -356,6 +375,7 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 			k = j + n
 		}
 		escapes++
+		gap, prevGap = k-j, gap
 		j = k
 		if j+1 >= len(b) {
 			return 0, 0, false
@@ -392,6 +412,165 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 			return 0, 0, false
 		}
 	}
+}
+
+// escapedChunks scans a string from b[j] (not an escaped byte), 64 bytes
+// at a time, while the chunks hold escapes: each chunk's quotes,
+// backslashes and control bytes become bit masks, the runs of backslashes
+// are told apart by the parity of where they start (a run of odd length
+// escapes the byte after it; a run of L backslashes is L/2 escapes of a
+// backslash, and one more of that byte when L is odd), and the escaped
+// bytes are checked one by one, a \u escape's hex digits decoded for its
+// length.
+//
+// It returns end (past the closing quote) when the string ends in the
+// chunks, else next, where the caller's scans go on: a chunk without
+// escapes (they are faster there), fewer than 64 bytes left, or a
+// surrogate pair across the chunk's end (from that chunk's start). esc is
+// the escapes it saw and less the bytes they lose in decoding; ok is
+// false for an invalid string.
+func escapedChunks(b []byte, j int) (end, next, esc, less int, ok bool) {
+	const even = 0x5555555555555555
+	for j+64 <= len(b) {
+		var bs, qt, ctl, anyCtl uint64
+		a := (*[64]byte)(b[j : j+64])
+		for w := 0; w < 8; w++ {
+			x := binary.LittleEndian.Uint64(a[8*w:])
+			bs |= movemask(zeroBytes(x^(lo*'\\'))) << (8 * w)
+			qt |= movemask(zeroBytes(x^(lo*'"'))) << (8 * w)
+			anyCtl |= ctlBytes(x)
+		}
+		if anyCtl != 0 { // rare: where, to tell whether it is inside the string
+			for w := 0; w < 8; w++ {
+				ctl |= movemask(ctlBytes(binary.LittleEndian.Uint64(a[8*w:]))) << (8 * w)
+			}
+		}
+		if bs == 0 {
+			return 0, j, esc, less, true // plain text again
+		}
+		if bs == ^uint64(0) {
+			// 64 backslashes from an unescaped start: 32 escaped ones.
+			esc, less, j = esc+32, less+32, j+64
+			continue
+		}
+		// A run of backslashes reaching the chunk's end is left to the
+		// next chunk, which starts with it.
+		limit, window := 64, ^uint64(0)
+		if bs>>63 != 0 {
+			limit = 64 - bits.LeadingZeros64(^bs)
+			window = uint64(1)<<limit - 1
+		}
+		run := bs & window
+		starts := run &^ (run << 1)
+		evenEnds := (run + starts&even) &^ run
+		oddEnds := (run + starts&^even) &^ run
+		escaped := evenEnds&^even | oddEnds&even
+		n, found := limit, false
+		if quotes := qt & window &^ escaped; quotes != 0 {
+			n, found = bits.TrailingZeros64(quotes), true
+		}
+		below := ^uint64(0)
+		if n < 64 {
+			below = uint64(1)<<n - 1
+		}
+		if ctl&below != 0 {
+			return 0, 0, 0, 0, false
+		}
+		// The escaped bytes, without a branch each: their classes or'd
+		// together; only \u escapes (rare) are looked at one by one.
+		class := byte(0)
+		for e := escaped & below; e != 0; e &= e - 1 {
+			class |= escClass[b[j+bits.TrailingZeros64(e)]]
+		}
+		if class&escBad != 0 {
+			return 0, 0, 0, 0, false
+		}
+		extra := 0 // what \u escapes lose beyond one byte each
+		if class&escU != 0 {
+			pairLow := -1 // a low surrogate already counted with its high one
+			for e := escaped & below; e != 0; e &= e - 1 {
+				p := bits.TrailingZeros64(e)
+				if b[j+p] != 'u' {
+					continue
+				}
+				r, ok := hex4(b, j+p+1)
+				if !ok {
+					return 0, 0, 0, 0, false
+				}
+				switch {
+				case p == pairLow:
+				case r < 0x80:
+					extra += 4
+				case r < 0x800:
+					extra += 3
+				case r < 0xd800 || r >= 0xe000:
+					extra += 2
+				case r < 0xdc00 && j+p+11 <= len(b) && b[j+p+5] == '\\' && b[j+p+6] == 'u':
+					r2, ok := hex4(b, j+p+7)
+					if !ok {
+						return 0, 0, 0, 0, false
+					}
+					if r2 < 0xdc00 || r2 >= 0xe000 {
+						extra += 2 // a lone high surrogate: U+FFFD
+						break
+					}
+					if p+6 >= n {
+						return 0, j, esc, less, true // the pair crosses the chunk
+					}
+					pairLow = p + 6
+					extra += 6 // twelve bytes, one four-byte rune
+				default:
+					extra += 2 // a lone surrogate: U+FFFD
+				}
+			}
+		}
+		k := (bits.OnesCount64(bs&below) + bits.OnesCount64(escaped&below)) / 2
+		esc, less = esc+k, less+k+extra
+		if found {
+			return j + n + 1, 0, esc, less, true
+		}
+		j += limit
+		if k < 4 {
+			return 0, j, esc, less, true // sparse escapes: the searches are faster
+		}
+	}
+	return 0, j, esc, less, true
+}
+
+// escClass classes the byte after a backslash: a one-byte escape (0), a
+// \u escape (escU), or no escape at all (escBad).
+var escClass = func() (t [256]byte) {
+	for c := range t {
+		t[c] = escBad
+	}
+	for _, c := range []byte{'"', '\\', '/', 'b', 'f', 'n', 'r', 't'} {
+		t[c] = 0
+	}
+	t['u'] = escU
+	return t
+}()
+
+const (
+	escU   = 1
+	escBad = 2
+)
+
+// zeroBytes has the top bit of each byte of x that is zero, exactly (no
+// borrow reaches another byte).
+func zeroBytes(x uint64) uint64 {
+	const low7 = 0x7f7f7f7f7f7f7f7f
+	return ^((x&low7 + low7) | x) & hi
+}
+
+// ctlBytes has the top bit of each byte of x below 0x20, exactly.
+func ctlBytes(x uint64) uint64 {
+	const low7 = 0x7f7f7f7f7f7f7f7f
+	return ^((x&low7 + 0x60*lo) | x) & hi
+}
+
+// movemask gathers the top bits of m's bytes into its low 8 bits.
+func movemask(m uint64) uint64 {
+	return (m >> 7) * 0x0102040810204080 >> 56
 }
 
 // nearEscape is how far StringEndLen looks, eight bytes at a time, past

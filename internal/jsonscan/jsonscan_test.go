@@ -304,3 +304,121 @@ func BenchmarkStringEnd(b *testing.B) {
 		})
 	}
 }
+
+// TestEscapedChunks drives the 64-byte escape resolution with long
+// literals dense in escapes (runs of backslashes of every length, escaped
+// quotes, \u escapes, surrogate pairs, lone surrogates, all placed across
+// chunk boundaries by random padding) and some invalid pieces, against
+// the byte-at-a-time reference of TestStringEnd's kind and
+// encoding/json's decoded length. It counts the literals the chunks ended
+// themselves, so that the comparison is known to have run on them.
+func TestEscapedChunks(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	valid := []string{`\\`, `\\\\`, `\\\\\\`, `\"`, `\n`, `\t`, `\/`, `\b`, `\f`, `\r`, `\u00e9`, `\u0041`, `\u20ac`,
+		`\ud83d\ude00`, `\udc00`, `\ud83d`, `\ud83dx`, `\\"`, "a", "bc", "def ", "é", "\xff", strings.Repeat("z", 70),
+		strings.Repeat(`\\`, 40)} // 80 backslashes: whole chunks of them
+	invalid := []string{"\x01", `\x`, `\u12`, `\uZZZZ`, "\x1f"}
+	ends, decided, declined := 0, 0, 0
+	for range 20000 {
+		b := []byte{'"'}
+		for range r.IntN(4) { // shift the chunk boundaries
+			b = append(b, 'p')
+		}
+		for range 20 + r.IntN(120) {
+			b = append(b, valid[r.IntN(len(valid))]...)
+		}
+		if r.IntN(8) == 0 {
+			at := 1 + r.IntN(len(b)-1)
+			b = append(b[:at], append([]byte(invalid[r.IntN(len(invalid))]), b[at:]...)...)
+		}
+		b = append(b, '"')
+		b = append(b, `,"next":"x"}`...)
+		wend, wesc, wok := stringEndRef(b)
+		end, n, ok := StringEndLen(b, 0)
+		if ok != wok || (ok && end != wend) {
+			t.Fatalf("StringEndLen(%q) = %d %v, want %d %v", b, end, ok, wend, wok)
+		}
+		if e, _, ok2 := StringEnd(b, 0); ok2 != wok || (ok && (e != wend || wesc != (n != end-2))) {
+			t.Fatalf("StringEnd(%q) disagrees", b)
+		}
+		if ok && utf8.Valid(b[:end]) {
+			var dec string
+			if err := json.Unmarshal(b[:end], &dec); err != nil || n != len(dec) {
+				t.Fatalf("StringEndLen(%q) decoded length %d, encoding/json %d (%v)", b[:end], n, len(dec), err)
+			}
+			decided++
+		}
+		// The chunks alone, from the literal's first byte.
+		if cend, _, _, less, cok := escapedChunks(b, 1); cok && cend > 0 {
+			if !ok || cend != end || cend-2-less != n {
+				t.Fatalf("escapedChunks(%q) = %d (less %d), want %d (decoded %d)", b, cend, less, end, n)
+			}
+			ends++
+		} else if !cok {
+			if ok {
+				t.Fatalf("escapedChunks(%q) refused a valid literal", b)
+			}
+			declined++
+		}
+	}
+	t.Logf("%d literals decided, %d ended by the chunks alone, %d refused by them", decided, ends, declined)
+	if decided < 8000 || ends < 3000 || declined < 300 {
+		t.Fatalf("too few cases: %d decided, %d ended by the chunks, %d refused", decided, ends, declined)
+	}
+}
+
+// stringEndRef is StringEnd byte by byte.
+func stringEndRef(b []byte) (int, bool, bool) {
+	esc := false
+	for j := 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return j + 1, esc, true
+		case c < 0x20:
+			return 0, false, false
+		case c == '\\':
+			esc = true
+			if j+1 >= len(b) {
+				return 0, false, false
+			}
+			switch b[j+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				j++
+			case 'u':
+				if j+6 > len(b) || !isHex(b[j+2]) || !isHex(b[j+3]) || !isHex(b[j+4]) || !isHex(b[j+5]) {
+					return 0, false, false
+				}
+				j += 5
+			default:
+				return 0, false, false
+			}
+		}
+	}
+	return 0, false, false
+}
+
+// FuzzStringEnd checks StringEndLen against the byte-by-byte reference on
+// any input, and its decoded length against encoding/json's where the
+// literal is valid UTF-8; the seeds are dense in escapes, so that the
+// 64-byte chunks run.
+func FuzzStringEnd(f *testing.F) {
+	f.Add([]byte(`"` + strings.Repeat(`a\n\tb\"c\\d`, 20) + `"`))
+	f.Add([]byte(`"` + strings.Repeat(`x\u00e9\ud83d\ude00\\\\`, 12) + `",`))
+	f.Add([]byte(`"` + strings.Repeat(`\\`, 70) + `\n"`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || b[0] != '"' {
+			b = append([]byte{'"'}, b...)
+		}
+		wend, _, wok := stringEndRef(b)
+		end, n, ok := StringEndLen(b, 0)
+		if ok != wok || (ok && end != wend) {
+			t.Fatalf("StringEndLen(%q) = %d %v, want %d %v", b, end, ok, wend, wok)
+		}
+		if ok && utf8.Valid(b[:end]) {
+			var dec string
+			if err := json.Unmarshal(b[:end], &dec); err != nil || n != len(dec) {
+				t.Fatalf("StringEndLen(%q) decoded length %d, encoding/json %d (%v)", b[:end], n, len(dec), err)
+			}
+		}
+	})
+}
