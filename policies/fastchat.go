@@ -83,15 +83,10 @@ func (s *fscan) skip() ([]byte, bool) {
 	return v, ok
 }
 
-// key scans an object key; it declines escapes and non-ASCII keys, and
+// keyAt scans an object key and returns it with the index of the name it
+// is (-1 for another key); it declines escapes and non-ASCII keys, and
 // keys that equal one of names but for case (encoding/json would match
 // them case-insensitively).
-func (s *fscan) key(names ...string) (string, bool) {
-	k, _, ok := s.keyAt(names)
-	return k, ok
-}
-
-// keyAt is key that also returns the index of the name the key is, or -1.
 func (s *fscan) keyAt(names []string) (string, int, bool) {
 	s.ws()
 	if s.i >= len(s.b) || s.b[s.i] != '"' {
@@ -147,6 +142,120 @@ func (s *fscan) next(closer byte) (more, ok bool) {
 	return false, false
 }
 
+// commonField scans the value of the top-level field k into c when it is
+// one of the fields every endpoint shares, and skips it otherwise. Only
+// what the Request keeps (model, cache_salt, prompt_cache_key) is copied
+// out of the body.
+func (s *fscan) commonField(k string, c *commonBody) bool {
+	switch k {
+	case "model":
+		if !s.textField(&c.Model) || c.Model.s == "" {
+			return false
+		}
+		c.Model.s = strings.Clone(c.Model.s)
+	case "stream":
+		v, ok := s.skip()
+		c.Stream = jsonBool(string(v) == "true")
+		return ok
+	case "stream_options":
+		c.StreamOptions.Present = true
+		if s.i < len(s.b) && s.b[s.i] == '{' {
+			return s.streamOptions(&c.StreamOptions)
+		}
+		_, ok := s.skip()
+		return ok
+	case "cache_salt", "prompt_cache_key":
+		t := &c.CacheSalt
+		if k == "prompt_cache_key" {
+			t = &c.PromptCacheKey
+		}
+		if s.i < len(s.b) && s.b[s.i] == '"' {
+			if !s.textField(t) {
+				return false
+			}
+			t.s = strings.Clone(t.s)
+			return true
+		}
+		_, ok := s.skip()
+		return ok
+	case "tools", "functions":
+		r := &c.Tools
+		if k == "functions" {
+			r = &c.Functions
+		}
+		return s.rawValue(r)
+	default:
+		_, ok := s.skip()
+		return ok
+	}
+	return true
+}
+
+// object scans an object at s.i whose keys are matched against names
+// (s.key declines near-misses), calling field with s.i at each value; a
+// duplicate of a named field declines (encoding/json keeps the last).
+func (s *fscan) object(names []string, field func(k string) bool) bool {
+	s.ws()
+	if s.i >= len(s.b) || s.b[s.i] != '{' {
+		return false
+	}
+	s.i++
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == '}' {
+		s.i++
+		return true
+	}
+	var seen uint32
+	for {
+		k, i, ok := s.keyAt(names)
+		if !ok || !s.colon() {
+			return false
+		}
+		if i >= 0 {
+			if seen&(1<<i) != 0 {
+				return false
+			}
+			seen |= 1 << i
+		}
+		if !field(k) {
+			return false
+		}
+		more, ok := s.next('}')
+		if !ok {
+			return false
+		}
+		if !more {
+			return true
+		}
+	}
+}
+
+// array scans an array at s.i, calling elem with s.i at each element.
+func (s *fscan) array(elem func() bool) bool {
+	if s.i >= len(s.b) || s.b[s.i] != '[' {
+		return false
+	}
+	s.i++
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == ']' {
+		s.i++
+		return true
+	}
+	for {
+		s.ws()
+		if !elem() {
+			return false
+		}
+		more, ok := s.next(']')
+		if !ok {
+			return false
+		}
+		if !more {
+			return true
+		}
+	}
+}
+
 // text decodes a string literal: the body's own bytes when it has no
 // escapes (valid while the body is), else a copy by unquote.
 func text(lit []byte, esc bool) (string, bool) {
@@ -170,11 +279,6 @@ var messageSlices = sync.Pool{New: func() any { s := make([]chatMessage, 0, 8); 
 // fastChat parses a chat body in one pass, or declines (ok false).
 func fastChat(body []byte, cfg ParseConfig) (*Request, bool) {
 	s := &fscan{b: body}
-	s.ws()
-	if s.i >= len(s.b) || s.b[s.i] != '{' {
-		return nil, false
-	}
-	s.i++
 	var b chatBody
 	msgs := messageSlices.Get().(*[]chatMessage)
 	b.Messages = (*msgs)[:0]
@@ -185,107 +289,16 @@ func fastChat(body []byte, cfg ParseConfig) (*Request, bool) {
 			messageSlices.Put(msgs)
 		}
 	}()
-	var seen uint8
 	gotMsgs := false
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == '}' {
-		return nil, false
-	}
-	for {
-		k, ok := s.key(topFields...)
-		if !ok || !s.colon() {
-			return nil, false
-		}
-		bit := uint8(0)
-		for i, f := range topFields {
-			if k == f {
-				bit = 1 << i
-			}
-		}
-		if seen&bit != 0 {
-			return nil, false // duplicate field: leave it to encoding/json
-		}
-		seen |= bit
-		switch k {
-		case "model":
-			if s.i >= len(s.b) || s.b[s.i] != '"' {
-				return nil, false
-			}
-			lit, esc, ok := s.str()
-			if !ok {
-				return nil, false
-			}
-			v, ok := text(lit, esc)
-			if !ok || v == "" {
-				return nil, false
-			}
-			b.Model = jsonText{s: strings.Clone(v), kind: shapeString}
-		case "stream":
-			v, ok := s.skip()
-			if !ok {
-				return nil, false
-			}
-			b.Stream = jsonBool(string(v) == "true")
-		case "stream_options":
-			b.StreamOptions.Present = true
-			if s.i < len(s.b) && s.b[s.i] == '{' {
-				if !s.streamOptions(&b.StreamOptions) {
-					return nil, false
-				}
-			} else if _, ok := s.skip(); !ok {
-				return nil, false
-			}
-		case "cache_salt", "prompt_cache_key":
-			if s.i < len(s.b) && s.b[s.i] == '"' {
-				lit, esc, ok := s.str()
-				if !ok {
-					return nil, false
-				}
-				v, ok := text(lit, esc)
-				if !ok {
-					return nil, false
-				}
-				t := jsonText{s: strings.Clone(v), kind: shapeString}
-				if k == "cache_salt" {
-					b.CacheSalt = t
-				} else {
-					b.PromptCacheKey = t
-				}
-			} else if _, ok := s.skip(); !ok {
-				return nil, false
-			}
-		case "tools", "functions":
-			v, ok := s.skip()
-			if !ok {
-				return nil, false
-			}
-			if string(v) != "null" {
-				if k == "tools" {
-					b.Tools = rawField(v)
-				} else {
-					b.Functions = rawField(v)
-				}
-			}
-		case "messages":
-			if !s.messages(&b) {
-				return nil, false
-			}
+	ok := s.object(topFields, func(k string) bool {
+		if k == "messages" {
 			gotMsgs = true
-		default:
-			if _, ok := s.skip(); !ok {
-				return nil, false
-			}
+			return s.messages(&b)
 		}
-		more, ok := s.next('}')
-		if !ok {
-			return nil, false
-		}
-		if !more {
-			break
-		}
-	}
+		return s.commonField(k, &b.commonBody)
+	})
 	s.ws()
-	if s.i != len(s.b) || b.Model.kind != shapeString || !gotMsgs || len(b.Messages) == 0 {
+	if !ok || s.i != len(s.b) || b.Model.kind != shapeString || !gotMsgs || len(b.Messages) == 0 {
 		return nil, false
 	}
 	req := &Request{Endpoint: EndpointChat}
@@ -294,112 +307,43 @@ func fastChat(body []byte, cfg ParseConfig) (*Request, bool) {
 	return req, req.NoPrefix == ""
 }
 
+// streamOptions scans the stream_options object (s.i at its '{').
 func (s *fscan) streamOptions(o *streamOptions) bool {
-	s.i++
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == '}' {
-		s.i++
-		return true
-	}
-	seen := false
-	for {
-		k, ok := s.key("include_usage")
-		if !ok || !s.colon() {
-			return false
-		}
+	return s.object(streamOptionFields, func(k string) bool {
 		v, ok := s.skip()
-		if !ok {
-			return false
-		}
 		if k == "include_usage" {
-			if seen {
-				return false
-			}
-			seen = true
 			o.IncludeUsage = jsonBool(string(v) == "true")
 		}
-		more, ok := s.next('}')
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-	}
+		return ok
+	})
 }
+
+var streamOptionFields = []string{"include_usage"}
 
 // messages scans the messages array: objects with a role, a content (a
 // string, null or an array of parts), a name, a tool_call_id and
-// tool_calls (other fields skipped); anything else declines. The loops are
-// written out (not fscan.object's callback) because this is every chat
-// body's path: the callbacks cost Parse4K 3-5%.
+// tool_calls (other fields skipped); anything else declines.
 func (s *fscan) messages(b *chatBody) bool {
-	if s.i >= len(s.b) || s.b[s.i] != '[' {
-		return false
-	}
-	s.i++
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == ']' {
-		s.i++
-		return true
-	}
-	for {
-		s.ws()
-		if s.i >= len(s.b) || s.b[s.i] != '{' {
-			return false
-		}
-		s.i++
+	return s.array(func() bool {
 		b.Messages = append(b.Messages, chatMessage{})
 		m := &b.Messages[len(b.Messages)-1]
-		var seen uint8
-		s.ws()
-		if s.i < len(s.b) && s.b[s.i] == '}' {
-			return false
-		}
-		for {
-			k, i, ok := s.keyAt(msgFields)
-			if !ok || !s.colon() {
-				return false
-			}
-			if i >= 0 {
-				if seen&(1<<i) != 0 {
-					return false // duplicate field: leave it to encoding/json
-				}
-				seen |= 1 << i
-			}
+		return s.object(msgFields, func(k string) bool {
 			switch k {
 			case "role":
-				ok = s.textField(&m.Role)
+				return s.textField(&m.Role)
 			case "content":
-				ok = s.content(&m.Content)
+				return s.content(&m.Content)
 			case "name":
-				ok = s.textField(&m.Name)
+				return s.textField(&m.Name)
 			case "tool_call_id":
-				ok = s.textField(&m.ToolCallID)
+				return s.textField(&m.ToolCallID)
 			case "tool_calls":
-				ok = s.toolCalls(&m.ToolCalls)
-			default:
-				_, ok = s.skip()
+				return s.toolCalls(&m.ToolCalls)
 			}
-			if !ok {
-				return false
-			}
-			more, ok := s.next('}')
-			if !ok {
-				return false
-			}
-			if !more {
-				break
-			}
-		}
-		more, ok := s.next(']')
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-	}
+			_, ok := s.skip()
+			return ok
+		})
+	})
 }
 
 // content scans a message's content: null, a string (kept as its literal
@@ -411,17 +355,9 @@ func (s *fscan) content(c *content) bool {
 	case s.lit("null"):
 		return true
 	case s.i < len(s.b) && s.b[s.i] == '"':
-		lit, n, ok := s.strLen()
-		if !ok {
-			return false
-		}
-		if n != len(lit)-2 {
-			*c = content{lit: lit, n: n, kind: shapeString}
-			return true
-		}
-		t, _ := text(lit, false)
-		*c = content{text: t, kind: shapeString}
-		return true
+		t, lit, n, ok := s.lazyString()
+		*c = content{text: t, lit: lit, n: n, kind: shapeString}
+		return ok
 	case s.i < len(s.b) && s.b[s.i] == '[':
 		parts := []contentPart{}
 		ok := s.array(func() bool {
@@ -482,9 +418,9 @@ func (s *fscan) imageURL(u *imageURL) bool {
 }
 
 var (
-	urlFields      = []string{"url"}
-	toolCallFields = []string{"id", "function"}
-	functionFields = []string{"name", "arguments"}
+	urlFields          = []string{"url"}
+	toolCallFields     = []string{"id", "function"}
+	callFunctionFields = []string{"name", "arguments"}
 )
 
 // toolCalls scans tool_calls: null or an array of
@@ -506,7 +442,7 @@ func (s *fscan) toolCalls(t *toolCalls) bool {
 				if s.lit("null") {
 					return true
 				}
-				return s.object(functionFields, func(k string) bool {
+				return s.object(callFunctionFields, func(k string) bool {
 					switch k {
 					case "name":
 						return s.textField(&tc.Function.Name)

@@ -1,7 +1,5 @@
 package policies
 
-import "strings"
-
 // fastMessages is fastChat's counterpart for Anthropic's /v1/messages: one
 // pass over the body with the module's own scanner instead of
 // encoding/json, which validates the whole body, then decodes it, and
@@ -53,120 +51,6 @@ func fastMessages(body []byte, cfg ParseConfig) (*Request, bool) {
 	return req, req.NoPrefix == ""
 }
 
-// commonField scans the value of the top-level field k into c when it is
-// one of the fields every endpoint shares, and skips it otherwise. Only
-// what the Request keeps (model, cache_salt, prompt_cache_key) is copied
-// out of the body.
-func (s *fscan) commonField(k string, c *commonBody) bool {
-	switch k {
-	case "model":
-		if !s.textField(&c.Model) || c.Model.s == "" {
-			return false
-		}
-		c.Model.s = strings.Clone(c.Model.s)
-	case "stream":
-		v, ok := s.skip()
-		c.Stream = jsonBool(string(v) == "true")
-		return ok
-	case "stream_options":
-		c.StreamOptions.Present = true
-		if s.i < len(s.b) && s.b[s.i] == '{' {
-			return s.streamOptions(&c.StreamOptions)
-		}
-		_, ok := s.skip()
-		return ok
-	case "cache_salt", "prompt_cache_key":
-		t := &c.CacheSalt
-		if k == "prompt_cache_key" {
-			t = &c.PromptCacheKey
-		}
-		if s.i < len(s.b) && s.b[s.i] == '"' {
-			if !s.textField(t) {
-				return false
-			}
-			t.s = strings.Clone(t.s)
-			return true
-		}
-		_, ok := s.skip()
-		return ok
-	case "tools", "functions":
-		r := &c.Tools
-		if k == "functions" {
-			r = &c.Functions
-		}
-		return s.rawValue(r)
-	default:
-		_, ok := s.skip()
-		return ok
-	}
-	return true
-}
-
-// object scans an object at s.i whose keys are matched against names
-// (s.key declines near-misses), calling field with s.i at each value; a
-// duplicate of a named field declines (encoding/json keeps the last).
-func (s *fscan) object(names []string, field func(k string) bool) bool {
-	s.ws()
-	if s.i >= len(s.b) || s.b[s.i] != '{' {
-		return false
-	}
-	s.i++
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == '}' {
-		s.i++
-		return true
-	}
-	var seen uint32
-	for {
-		k, i, ok := s.keyAt(names)
-		if !ok || !s.colon() {
-			return false
-		}
-		if i >= 0 {
-			if seen&(1<<i) != 0 {
-				return false
-			}
-			seen |= 1 << i
-		}
-		if !field(k) {
-			return false
-		}
-		more, ok := s.next('}')
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-	}
-}
-
-// array scans an array at s.i, calling elem with s.i at each element.
-func (s *fscan) array(elem func() bool) bool {
-	if s.i >= len(s.b) || s.b[s.i] != '[' {
-		return false
-	}
-	s.i++
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == ']' {
-		s.i++
-		return true
-	}
-	for {
-		s.ws()
-		if !elem() {
-			return false
-		}
-		more, ok := s.next(']')
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-	}
-}
-
 // anthropicMessages scans messages: objects with a role and a content.
 func (s *fscan) anthropicMessages(out *[]anthropicMessage) bool {
 	return s.array(func() bool {
@@ -198,18 +82,9 @@ func (s *fscan) blocks(b *blocks, depth int) bool {
 	case s.lit("null"):
 		return true
 	case s.i < len(s.b) && s.b[s.i] == '"':
-		lit, n, ok := s.strLen()
-		if !ok {
-			return false
-		}
-		if n != len(lit)-2 {
-			// Decoded as it renders: no copy of the prompt.
-			*b = blocks{lit: lit, n: n, kind: shapeString}
-			return true
-		}
-		t, _ := text(lit, false)
-		*b = blocks{text: t, kind: shapeString}
-		return true
+		t, lit, n, ok := s.lazyString() // no copy of the prompt
+		*b = blocks{text: t, lit: lit, n: n, kind: shapeString}
+		return ok
 	case s.i < len(s.b) && s.b[s.i] == '[' && depth < maxBlockDepth:
 		list := []block{}
 		ok := s.array(func() bool {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -171,93 +172,50 @@ func toolsFast(out []byte, raw []byte) (n int, _ []byte, ok bool) {
 
 // tool scans one tool object into td.
 func (s *fscan) tool(td *toolDef) bool {
-	s.i++ // '{'
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == '}' {
-		s.i++
-		return true
-	}
-	var seen uint8
-	for {
-		k, ok := s.key("type", "name", "description", "parameters", "input_schema", "function")
-		if !ok || !s.colon() {
-			return false
-		}
-		var bit uint8
+	return s.object(toolFields, func(k string) bool {
 		switch k {
 		case "type":
-			bit, ok = 1, s.textField(&td.Type)
+			return s.textField(&td.Type)
 		case "name":
-			bit, ok = 2, s.textField(&td.Name)
+			return s.textField(&td.Name)
 		case "description":
-			bit, ok = 4, s.textField(&td.Description)
+			return s.textField(&td.Description)
 		case "parameters":
-			bit, ok = 8, s.rawValue(&td.Parameters)
+			return s.rawValue(&td.Parameters)
 		case "input_schema":
-			bit, ok = 16, s.rawValue(&td.InputSchema)
+			return s.rawValue(&td.InputSchema)
 		case "function":
-			bit, ok = 32, s.function(&td.Function)
-		default:
-			_, ok = s.skip()
+			return s.function(&td.Function)
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		more, ok := s.next('}')
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-	}
+		_, ok := s.skip()
+		return ok
+	})
 }
+
+var (
+	toolFields     = []string{"type", "name", "description", "parameters", "input_schema", "function"}
+	functionFields = []string{"name", "description", "parameters"}
+)
 
 // function scans chat's function object (or null).
 func (s *fscan) function(f **function) bool {
 	if s.lit("null") {
 		return true
 	}
-	if s.i >= len(s.b) || s.b[s.i] != '{' {
-		return false
-	}
-	s.i++
-	*f = &function{}
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == '}' {
-		s.i++
-		return true
-	}
-	var seen uint8
-	for {
-		k, ok := s.key("name", "description", "parameters")
-		if !ok || !s.colon() {
-			return false
-		}
-		var bit uint8
+	fn := &function{}
+	*f = fn
+	return s.object(functionFields, func(k string) bool {
 		switch k {
 		case "name":
-			bit, ok = 1, s.textField(&(*f).Name)
+			return s.textField(&fn.Name)
 		case "description":
-			bit, ok = 2, s.textField(&(*f).Description)
+			return s.textField(&fn.Description)
 		case "parameters":
-			bit, ok = 4, s.rawValue(&(*f).Parameters)
-		default:
-			_, ok = s.skip()
+			return s.rawValue(&fn.Parameters)
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		more, ok := s.next('}')
-		if !ok {
-			return false
-		}
-		if !more {
-			return true
-		}
-	}
+		_, ok := s.skip()
+		return ok
+	})
 }
 
 // textField scans a string (or null) into t; any other value declines.
@@ -285,17 +243,28 @@ func (s *fscan) lazyText(t *jsonText) bool {
 	if s.i >= len(s.b) || s.b[s.i] != '"' {
 		return s.textField(t)
 	}
-	lit, n, ok := s.strLen()
-	if !ok {
-		return false
-	}
-	if n != len(lit)-2 {
+	v, lit, n, ok := s.lazyString()
+	if lit != nil {
 		*t = jsonText{raw: lit, n: int32(n), kind: shapeString}
-		return true
+	} else {
+		*t = jsonText{s: v, kind: shapeString}
 	}
-	v, _ := text(lit, false)
-	*t = jsonText{s: v, kind: shapeString}
-	return true
+	return ok
+}
+
+// lazyString scans a string at s.i (which must be '"'): its text when it
+// has no escapes (the body's own bytes, no copy), else its literal and
+// decoded length, to be decoded as it renders (sink.writeLit).
+func (s *fscan) lazyString() (text string, lit []byte, n int, ok bool) {
+	l, n, ok := s.strLen()
+	if !ok {
+		return "", nil, 0, false
+	}
+	if n != len(l)-2 {
+		return "", l, n, true
+	}
+	v := l[1 : len(l)-1]
+	return unsafe.String(unsafe.SliceData(v), len(v)), nil, 0, true
 }
 
 // rawValue scans any value into r (null as absent), without copying it.

@@ -289,12 +289,9 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 	escapes, shrink := 0, 0 // shrink: the bytes the escapes lose in decoding
 	// Keys and short values: eight bytes at a time, the first quote,
 	// backslash or control byte ends them sooner than the searches below
-	// get going. In each mask the lowest set bit is exact (a borrow only
-	// reaches the bytes above it), so their union's is the first such byte.
+	// get going.
 	for k := j; k+8 <= len(b) && k < j+32; k += 8 {
-		w := binary.LittleEndian.Uint64(b[k:])
-		q, bs := w^(lo*'"'), w^(lo*'\\')
-		m := ((q-lo)&^q | (bs-lo)&^bs | (w-0x20*lo)&^w) & hi
+		m := firstSpecial(binary.LittleEndian.Uint64(b[k:]))
 		if m == 0 {
 			continue
 		}
@@ -333,9 +330,7 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 			// searches, whose calls cost more than such a run.
 			p, stop := j, j
 			for ; p+8 <= len(b) && p < j+nearEscape; p += 8 {
-				w := binary.LittleEndian.Uint64(b[p:])
-				wq, wb := w^(lo*'"'), w^(lo*'\\')
-				if m := ((wq-lo)&^wq | (wb-lo)&^wb | (w-0x20*lo)&^w) & hi; m != 0 {
+				if m := firstSpecial(binary.LittleEndian.Uint64(b[p:])); m != 0 {
 					p += bits.TrailingZeros64(m) / 8
 					stop = p + 1
 					break
@@ -554,6 +549,16 @@ const (
 	escU   = 1
 	escBad = 2
 )
+
+// firstSpecial has the top bit of the bytes of w that are a quote, a
+// backslash or a control byte, and of some above the first such byte: in
+// each mask the lowest set bit is exact (a borrow only reaches the bytes
+// above it), so their union's is the first such byte, which is all that
+// is read of it. zeroBytes and ctlBytes are exact, and cost more.
+func firstSpecial(w uint64) uint64 {
+	q, bs := w^(lo*'"'), w^(lo*'\\')
+	return ((q-lo)&^q | (bs-lo)&^bs | (w-0x20*lo)&^w) & hi
+}
 
 // zeroBytes has the top bit of each byte of x that is zero, exactly (no
 // borrow reaches another byte).
