@@ -9,18 +9,25 @@ import (
 	"testing"
 )
 
-// parseBoth checks the fast path against the general one (encoding/json)
-// on body and reports whether the fast path accepted it. Accepted, its
-// answer must be the general path's; declined, Parse must still answer
-// exactly as the general path does.
+// parseBoth checks the chat fast path against the general one
+// (parseBothAt).
 func parseBoth(t *testing.T, body []byte, cfg ParseConfig) (accepted bool) {
+	t.Helper()
+	return parseBothAt(t, pathChat, fastChat, body, cfg)
+}
+
+// parseBothAt checks an endpoint's fast path against the general one
+// (encoding/json) on body and reports whether the fast path accepted it.
+// Accepted, its answer must be the general path's; declined, Parse must
+// still answer exactly as the general path does.
+func parseBothAt(t *testing.T, path string, fast func([]byte, ParseConfig) (*Request, bool), body []byte, cfg ParseConfig) (accepted bool) {
 	t.Helper()
 	defer func(old bool) { useFastChat = old }(useFastChat)
 	useFastChat = false
-	slow, errS := Parse("/v1/chat/completions", body, cfg)
+	slow, errS := Parse(path, body, cfg)
 	useFastChat = true
-	routed, errR := Parse("/v1/chat/completions", body, cfg)
-	fast, ok := fastChat(body, cfg.withDefaults())
+	routed, errR := Parse(path, body, cfg)
+	got, ok := fast(body, cfg.withDefaults())
 	if !ok {
 		if fmt.Sprint(errR) != fmt.Sprint(errS) || !reflect.DeepEqual(slow, routed) {
 			t.Fatalf("fast path declined but Parse differs from the general path on %q:\ngeneral %+v (%v)\nParse   %+v (%v)", body, slow, errS, routed, errR)
@@ -30,13 +37,47 @@ func parseBoth(t *testing.T, body []byte, cfg ParseConfig) (accepted bool) {
 	if errS != nil {
 		t.Fatalf("fast path accepted a body the general path rejects (%v): %q", errS, body)
 	}
-	if !reflect.DeepEqual(slow, fast) {
-		t.Fatalf("mismatch on %q:\nslow %+v\nfast %+v", body, slow, fast)
+	if !reflect.DeepEqual(slow, got) {
+		t.Fatalf("mismatch on %q:\nslow %+v\nfast %+v", body, slow, got)
 	}
-	if errR != nil || !reflect.DeepEqual(routed, fast) {
+	if errR != nil || !reflect.DeepEqual(routed, got) {
 		t.Fatalf("Parse did not return the fast path's answer on %q: %+v (%v)", body, routed, errR)
 	}
 	return true
+}
+
+// damaged tallies what a fast path accepted of truncations and
+// single-byte mutations of generated bodies.
+type damaged struct{ cuts, cutsAccepted, muts, mutsAccepted int }
+
+// try checks both (a parseBoth) on truncations of body and on single-byte
+// mutations, one every 1 to step bytes.
+func (d *damaged) try(r *rand.Rand, body []byte, step int, both func([]byte) bool) {
+	for cut := 0; cut < len(body); cut += 1 + r.IntN(step) {
+		d.cuts++
+		if both(body[:cut]) {
+			d.cutsAccepted++
+		}
+		m := append([]byte(nil), body...)
+		m[cut] = "{}[],:\"\\ a0-e.tfn\x01\xff"[r.IntN(18)]
+		d.muts++
+		if both(m) {
+			d.mutsAccepted++
+		}
+	}
+}
+
+// check fails t when a truncated body was accepted, or too few mutated
+// ones for the comparison to have run on a fair share of them (a
+// mutation inside a content string mostly leaves the body valid).
+func (d *damaged) check(t *testing.T) {
+	t.Helper()
+	if d.cutsAccepted != 0 {
+		t.Errorf("fast path accepted %d truncated bodies", d.cutsAccepted)
+	}
+	if d.mutsAccepted*5 < d.muts {
+		t.Errorf("fast path accepted only %d of %d mutated bodies, want at least a fifth", d.mutsAccepted, d.muts)
+	}
 }
 
 // fastChatBodies are well-formed chat bodies of the kind the fast path is
@@ -126,7 +167,8 @@ func TestFastChatMatchesGeneral(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	alpha := []string{"a", " ", "\\n", "\\\"", "\\u00e9", "é", "x y", "{", "}", "[", "]", ",", ":", "\\\\"}
 	const iters = 300
-	var whole, cuts, cutsAccepted, muts, mutsAccepted int
+	var whole int
+	var d damaged
 	for iter := 0; iter < iters; iter++ {
 		var sb strings.Builder
 		fmt.Fprintf(&sb, `{"model":"m%d","stream":%v,"messages":[`, iter%3, iter%2 == 0)
@@ -158,31 +200,13 @@ func TestFastChatMatchesGeneral(t *testing.T) {
 		} else if whole == iter {
 			t.Errorf("fast path declined a well-formed generated body: %q", body)
 		}
-		for cut := 0; cut < len(body); cut += 1 + r.IntN(5) {
-			cuts++
-			if parseBoth(t, body[:cut], cfg) {
-				cutsAccepted++
-			}
-			m := append([]byte(nil), body...)
-			m[cut] = "{}[],:\"\\ a0-e.tfn\x01\xff"[r.IntN(18)]
-			muts++
-			if parseBoth(t, m, cfg) {
-				mutsAccepted++
-			}
-		}
+		d.try(r, body, 5, func(b []byte) bool { return parseBoth(t, b, cfg) })
 	}
-	t.Logf("fast path accepted %d/%d generated bodies, %d/%d truncations, %d/%d mutations", whole, iters, cutsAccepted, cuts, mutsAccepted, muts)
+	t.Logf("fast path accepted %d/%d generated bodies, %d/%d truncations, %d/%d mutations", whole, iters, d.cutsAccepted, d.cuts, d.mutsAccepted, d.muts)
 	if whole != iters {
 		t.Errorf("fast path accepted %d of %d well-formed generated bodies, want all", whole, iters)
 	}
-	if cutsAccepted != 0 {
-		t.Errorf("fast path accepted %d truncated bodies", cutsAccepted)
-	}
-	// A mutation inside a content string mostly leaves the body valid:
-	// the comparison must have run on a fair share of them.
-	if mutsAccepted*5 < muts {
-		t.Errorf("fast path accepted only %d of %d mutated bodies, want at least a fifth", mutsAccepted, muts)
-	}
+	d.check(t)
 }
 
 // FuzzFastChat checks, for any body, that an accepted body parses exactly
@@ -191,15 +215,26 @@ func TestFastChatMatchesGeneral(t *testing.T) {
 // and each must be accepted: a fast path that declined everything would
 // pass the property vacuously.
 func FuzzFastChat(f *testing.F) {
+	fuzzFastPath(f, parseBoth, fastChatBodies,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"q"}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"q"}],"messages":[]}`)
+}
+
+// fuzzFastPath is the fuzz property of a fast path (both: its parseBoth):
+// any body parses as the general path parses it; meant, the bodies the
+// fast path is for, are seeds it must accept (so that the property is not
+// met by declining everything), more are other seeds.
+func fuzzFastPath(f *testing.F, both func(*testing.T, []byte, ParseConfig) bool, meant []string, more ...string) {
 	mustAccept := map[string]bool{}
-	for _, b := range fastChatBodies {
+	for _, b := range meant {
 		f.Add([]byte(b))
 		mustAccept[b] = true
 	}
-	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"q"}]}]}`))
-	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"q"}],"messages":[]}`))
+	for _, b := range more {
+		f.Add([]byte(b))
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		accepted := parseBoth(t, body, ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64})
+		accepted := both(t, body, ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64})
 		if !accepted && mustAccept[string(body)] {
 			t.Fatalf("fast path declined a seed it is meant for: %q", body)
 		}
@@ -235,17 +270,23 @@ func agentChatBody() []byte {
 	return b
 }
 
-func benchmarkAgentChat(b *testing.B, fast bool) {
+// benchmarkFastPath is Parse of body at path, by the fast path when on,
+// else by encoding/json; either way the body must have a prefix and the
+// fast path must accept it, so that the two compare the same work.
+func benchmarkFastPath(b *testing.B, path string, fast func([]byte, ParseConfig) (*Request, bool), body []byte, on bool) {
 	defer func(old bool) { useFastChat = old }(useFastChat)
-	useFastChat = fast
-	body := agentChatBody()
-	if _, ok := fastChat(body, ParseConfig{Deployment: "d"}.withDefaults()); !ok {
-		b.Fatal("the fast path declines the agent body")
+	useFastChat = on
+	req, err := Parse(path, body, ParseConfig{Deployment: "d"})
+	if err != nil || req.NoPrefix != "" {
+		b.Fatal(err, req.NoPrefix)
+	}
+	if _, ok := fast(body, ParseConfig{Deployment: "d"}.withDefaults()); !ok {
+		b.Fatal("the fast path declines the body")
 	}
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Parse(pathChat, body, ParseConfig{Deployment: "d"}); err != nil {
+		if _, err := Parse(path, body, ParseConfig{Deployment: "d"}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -253,5 +294,9 @@ func benchmarkAgentChat(b *testing.B, fast bool) {
 
 // BenchmarkParseAgentChatTools is Parse of agentChatBody by the fast path;
 // BenchmarkParseGeneralAgentChatTools by encoding/json, for comparison.
-func BenchmarkParseAgentChatTools(b *testing.B)        { benchmarkAgentChat(b, true) }
-func BenchmarkParseGeneralAgentChatTools(b *testing.B) { benchmarkAgentChat(b, false) }
+func BenchmarkParseAgentChatTools(b *testing.B) {
+	benchmarkFastPath(b, pathChat, fastChat, agentChatBody(), true)
+}
+func BenchmarkParseGeneralAgentChatTools(b *testing.B) {
+	benchmarkFastPath(b, pathChat, fastChat, agentChatBody(), false)
+}

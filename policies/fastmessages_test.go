@@ -4,37 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"reflect"
 	"strings"
 	"testing"
 )
 
-// parseBothMessages is parseBoth for /v1/messages: the fast path against
-// the general one (encoding/json), and Parse against both.
+// parseBothMessages is parseBoth for /v1/messages.
 func parseBothMessages(t *testing.T, body []byte, cfg ParseConfig) (accepted bool) {
 	t.Helper()
-	defer func(old bool) { useFastChat = old }(useFastChat)
-	useFastChat = false
-	slow, errS := Parse(pathMessages, body, cfg)
-	useFastChat = true
-	routed, errR := Parse(pathMessages, body, cfg)
-	fast, ok := fastMessages(body, cfg.withDefaults())
-	if !ok {
-		if fmt.Sprint(errR) != fmt.Sprint(errS) || !reflect.DeepEqual(slow, routed) {
-			t.Fatalf("fast path declined but Parse differs from the general path on %q:\ngeneral %+v (%v)\nParse   %+v (%v)", body, slow, errS, routed, errR)
-		}
-		return false
-	}
-	if errS != nil {
-		t.Fatalf("fast path accepted a body the general path rejects (%v): %q", errS, body)
-	}
-	if !reflect.DeepEqual(slow, fast) {
-		t.Fatalf("mismatch on %q:\nslow %+v\nfast %+v", body, slow, fast)
-	}
-	if errR != nil || !reflect.DeepEqual(routed, fast) {
-		t.Fatalf("Parse did not return the fast path's answer on %q: %+v (%v)", body, routed, errR)
-	}
-	return true
+	return parseBothAt(t, pathMessages, fastMessages, body, cfg)
 }
 
 // fastMessagesBodies are bodies the fast path is for, as coding agents
@@ -135,7 +112,8 @@ func TestFastMessagesMatchesGeneral(t *testing.T) {
 		}
 	}
 	const iters = 300
-	var whole, cuts, cutsAccepted, muts, mutsAccepted int
+	var whole int
+	var d damaged
 	for iter := 0; iter < iters; iter++ {
 		var sb strings.Builder
 		fmt.Fprintf(&sb, `{"model":"m%d","stream":%v,"max_tokens":64,"system":`, iter%3, iter%2 == 0)
@@ -167,26 +145,10 @@ func TestFastMessagesMatchesGeneral(t *testing.T) {
 		} else {
 			t.Errorf("fast path declined a well-formed generated body: %q", body)
 		}
-		for cut := 0; cut < len(body); cut += 1 + r.IntN(9) {
-			cuts++
-			if parseBothMessages(t, body[:cut], cfg) {
-				cutsAccepted++
-			}
-			m := append([]byte(nil), body...)
-			m[cut] = "{}[],:\"\\ a0-e.tfn\x01\xff"[r.IntN(18)]
-			muts++
-			if parseBothMessages(t, m, cfg) {
-				mutsAccepted++
-			}
-		}
+		d.try(r, body, 9, func(b []byte) bool { return parseBothMessages(t, b, cfg) })
 	}
-	t.Logf("fast path accepted %d/%d generated bodies, %d/%d truncations, %d/%d mutations", whole, iters, cutsAccepted, cuts, mutsAccepted, muts)
-	if cutsAccepted != 0 {
-		t.Errorf("fast path accepted %d truncated bodies", cutsAccepted)
-	}
-	if mutsAccepted*5 < muts {
-		t.Errorf("fast path accepted only %d of %d mutated bodies, want at least a fifth", mutsAccepted, muts)
-	}
+	t.Logf("fast path accepted %d/%d generated bodies, %d/%d truncations, %d/%d mutations", whole, iters, d.cutsAccepted, d.cuts, d.mutsAccepted, d.muts)
+	d.check(t)
 }
 
 // FuzzFastMessages checks, for any body, that an accepted body parses
@@ -194,18 +156,8 @@ func TestFastMessagesMatchesGeneral(t *testing.T) {
 // gets the general path's answer; each seed it is meant for must be
 // accepted.
 func FuzzFastMessages(f *testing.F) {
-	mustAccept := map[string]bool{}
-	for _, b := range fastMessagesBodies {
-		f.Add([]byte(b))
-		mustAccept[b] = true
-	}
-	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"q","text":"r"}]}]}`))
-	f.Fuzz(func(t *testing.T, body []byte) {
-		accepted := parseBothMessages(t, body, ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64})
-		if !accepted && mustAccept[string(body)] {
-			t.Fatalf("fast path declined a seed it is meant for: %q", body)
-		}
-	})
+	fuzzFastPath(f, parseBothMessages, fastMessagesBodies,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"q","text":"r"}]}]}`)
 }
 
 // agentBlocksBody is a coding agent's /v1/messages body as Claude Code
@@ -241,27 +193,11 @@ func agentBlocksBody() []byte {
 	return b
 }
 
-func benchmarkAgentBlocks(b *testing.B, fast bool) {
-	defer func(old bool) { useFastChat = old }(useFastChat)
-	useFastChat = fast
-	body := agentBlocksBody()
-	req, err := Parse(pathMessages, body, ParseConfig{Deployment: "d"})
-	if err != nil || req.NoPrefix != "" {
-		b.Fatal(err, req.NoPrefix)
-	}
-	if _, ok := fastMessages(body, ParseConfig{Deployment: "d"}.withDefaults()); !ok {
-		b.Fatal("the fast path declines the agent body")
-	}
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := Parse(pathMessages, body, ParseConfig{Deployment: "d"}); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // BenchmarkParseAgentBlocks is Parse of agentBlocksBody by the fast path;
 // BenchmarkParseGeneralAgentBlocks by encoding/json, for comparison.
-func BenchmarkParseAgentBlocks(b *testing.B)        { benchmarkAgentBlocks(b, true) }
-func BenchmarkParseGeneralAgentBlocks(b *testing.B) { benchmarkAgentBlocks(b, false) }
+func BenchmarkParseAgentBlocks(b *testing.B) {
+	benchmarkFastPath(b, pathMessages, fastMessages, agentBlocksBody(), true)
+}
+func BenchmarkParseGeneralAgentBlocks(b *testing.B) {
+	benchmarkFastPath(b, pathMessages, fastMessages, agentBlocksBody(), false)
+}

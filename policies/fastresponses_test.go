@@ -4,37 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"reflect"
 	"strings"
 	"testing"
 )
 
-// parseBothResponses is parseBoth for /v1/responses: the fast path against
-// the general one (encoding/json), and Parse against both.
+// parseBothResponses is parseBoth for /v1/responses.
 func parseBothResponses(t *testing.T, body []byte, cfg ParseConfig) (accepted bool) {
 	t.Helper()
-	defer func(old bool) { useFastChat = old }(useFastChat)
-	useFastChat = false
-	slow, errS := Parse(pathResponses, body, cfg)
-	useFastChat = true
-	routed, errR := Parse(pathResponses, body, cfg)
-	fast, ok := fastResponses(body, cfg.withDefaults())
-	if !ok {
-		if fmt.Sprint(errR) != fmt.Sprint(errS) || !reflect.DeepEqual(slow, routed) {
-			t.Fatalf("fast path declined but Parse differs from the general path on %q:\ngeneral %+v (%v)\nParse   %+v (%v)", body, slow, errS, routed, errR)
-		}
-		return false
-	}
-	if errS != nil {
-		t.Fatalf("fast path accepted a body the general path rejects (%v): %q", errS, body)
-	}
-	if !reflect.DeepEqual(slow, fast) {
-		t.Fatalf("mismatch on %q:\nslow %+v\nfast %+v", body, slow, fast)
-	}
-	if errR != nil || !reflect.DeepEqual(routed, fast) {
-		t.Fatalf("Parse did not return the fast path's answer on %q: %+v (%v)", body, routed, errR)
-	}
-	return true
+	return parseBothAt(t, pathResponses, fastResponses, body, cfg)
 }
 
 // fastResponsesBodies are bodies the fast path is for, as Codex-style
@@ -105,7 +82,8 @@ func TestFastResponsesMatchesGeneral(t *testing.T) {
 		return `"` + c.String() + `"`
 	}
 	const iters = 300
-	var whole, cuts, cutsAccepted, muts, mutsAccepted int
+	var whole int
+	var d damaged
 	for iter := 0; iter < iters; iter++ {
 		var sb strings.Builder
 		fmt.Fprintf(&sb, `{"model":"m%d","stream":%v,"instructions":%s,"input":[`, iter%3, iter%2 == 0, str())
@@ -133,26 +111,10 @@ func TestFastResponsesMatchesGeneral(t *testing.T) {
 		} else {
 			t.Errorf("fast path declined a well-formed generated body: %q", body)
 		}
-		for cut := 0; cut < len(body); cut += 1 + r.IntN(5) {
-			cuts++
-			if parseBothResponses(t, body[:cut], cfg) {
-				cutsAccepted++
-			}
-			m := append([]byte(nil), body...)
-			m[cut] = "{}[],:\"\\ a0-e.tfn\x01\xff"[r.IntN(18)]
-			muts++
-			if parseBothResponses(t, m, cfg) {
-				mutsAccepted++
-			}
-		}
+		d.try(r, body, 5, func(b []byte) bool { return parseBothResponses(t, b, cfg) })
 	}
-	t.Logf("fast path accepted %d/%d generated bodies, %d/%d truncations, %d/%d mutations", whole, iters, cutsAccepted, cuts, mutsAccepted, muts)
-	if cutsAccepted != 0 {
-		t.Errorf("fast path accepted %d truncated bodies", cutsAccepted)
-	}
-	if mutsAccepted*5 < muts {
-		t.Errorf("fast path accepted only %d of %d mutated bodies, want at least a fifth", mutsAccepted, muts)
-	}
+	t.Logf("fast path accepted %d/%d generated bodies, %d/%d truncations, %d/%d mutations", whole, iters, d.cutsAccepted, d.cuts, d.mutsAccepted, d.muts)
+	d.check(t)
 }
 
 // FuzzFastResponses checks, for any body, that an accepted body parses
@@ -160,17 +122,7 @@ func TestFastResponsesMatchesGeneral(t *testing.T) {
 // gets the general path's answer; each seed it is meant for must be
 // accepted.
 func FuzzFastResponses(f *testing.F) {
-	mustAccept := map[string]bool{}
-	for _, b := range fastResponsesBodies {
-		f.Add([]byte(b))
-		mustAccept[b] = true
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		accepted := parseBothResponses(t, body, ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64})
-		if !accepted && mustAccept[string(body)] {
-			t.Fatalf("fast path declined a seed it is meant for: %q", body)
-		}
-	})
+	fuzzFastPath(f, parseBothResponses, fastResponsesBodies)
 }
 
 // agentResponsesBody is a Codex-style /v1/responses body, about 100 KiB:
@@ -191,23 +143,11 @@ func agentResponsesBody() []byte {
 	return b
 }
 
-func benchmarkAgentResponses(b *testing.B, fast bool) {
-	defer func(old bool) { useFastChat = old }(useFastChat)
-	useFastChat = fast
-	body := agentResponsesBody()
-	if _, ok := fastResponses(body, ParseConfig{Deployment: "d"}.withDefaults()); !ok {
-		b.Fatal("the fast path declines the agent body")
-	}
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := Parse(pathResponses, body, ParseConfig{Deployment: "d"}); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // BenchmarkParseAgentResponses is Parse of agentResponsesBody by the fast
 // path; BenchmarkParseGeneralAgentResponses by encoding/json.
-func BenchmarkParseAgentResponses(b *testing.B)        { benchmarkAgentResponses(b, true) }
-func BenchmarkParseGeneralAgentResponses(b *testing.B) { benchmarkAgentResponses(b, false) }
+func BenchmarkParseAgentResponses(b *testing.B) {
+	benchmarkFastPath(b, pathResponses, fastResponses, agentResponsesBody(), true)
+}
+func BenchmarkParseGeneralAgentResponses(b *testing.B) {
+	benchmarkFastPath(b, pathResponses, fastResponses, agentResponsesBody(), false)
+}

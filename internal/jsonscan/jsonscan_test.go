@@ -132,34 +132,6 @@ func FuzzSkip(f *testing.F) {
 // TestStringEnd proves the literal scan ends where a byte-by-byte
 // reading of JSON's string grammar ends, and fails where it fails.
 func TestStringEnd(t *testing.T) {
-	ref := func(b []byte) (int, bool, bool) {
-		esc := false
-		for j := 1; j < len(b); j++ {
-			switch c := b[j]; {
-			case c == '"':
-				return j + 1, esc, true
-			case c < 0x20:
-				return 0, false, false
-			case c == '\\':
-				esc = true
-				if j+1 >= len(b) {
-					return 0, false, false
-				}
-				switch b[j+1] {
-				case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-					j++
-				case 'u':
-					if j+6 > len(b) || !isHex(b[j+2]) || !isHex(b[j+3]) || !isHex(b[j+4]) || !isHex(b[j+5]) {
-						return 0, false, false
-					}
-					j += 5
-				default:
-					return 0, false, false
-				}
-			}
-		}
-		return 0, false, false
-	}
 	r := rand.New(rand.NewPCG(9, 10))
 	// The long runs take StringEnd past its first words into the long scan.
 	pieces := []string{`"`, `\`, `\\`, `\"`, `\n`, `\u00e9`, `\uD83D`, `\u00`, `\x`, "\x01", "abcdefgh", "x", " ", "\xff",
@@ -176,7 +148,7 @@ func TestStringEnd(t *testing.T) {
 		// What follows the string lies in the word scans' reach too.
 		b = append(b, tails[r.IntN(len(tails))]...)
 		end, esc, ok := StringEnd(b, 0)
-		wend, wesc, wok := ref(b)
+		wend, wesc, wok := stringEndRef(b)
 		if ok != wok || (ok && (end != wend || esc != wesc)) {
 			t.Fatalf("StringEnd(%q) = %d %v %v, want %d %v %v", b, end, esc, ok, wend, wesc, wok)
 		}
@@ -367,7 +339,8 @@ func TestEscapedChunks(t *testing.T) {
 	}
 }
 
-// stringEndRef is StringEnd byte by byte.
+// stringEndRef is StringEnd byte by byte: the reference of TestStringEnd,
+// TestEscapedChunks and FuzzStringEnd.
 func stringEndRef(b []byte) (int, bool, bool) {
 	esc := false
 	for j := 1; j < len(b); j++ {
