@@ -3,8 +3,9 @@ package policies
 import (
 	"bytes"
 	"strings"
-	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/llmroute/caddy-llmroute/internal/jsonscan"
 )
 
 // unquote decodes a JSON string literal, quotes included, with one copy and
@@ -47,23 +48,11 @@ func unquote(lit []byte) (string, bool) {
 		case 't':
 			b.WriteByte('\t')
 		case 'u':
-			r, ok := hex4(s[2:])
+			r, width, ok := jsonscan.Unicode(s, 0)
 			if !ok {
 				return "", false
 			}
-			s = s[6:]
-			if utf16.IsSurrogate(r) {
-				r2, ok := rune(-1), false
-				if len(s) >= 6 && s[0] == '\\' && s[1] == 'u' {
-					r2, ok = hex4(s[2:])
-				}
-				if dec := utf16.DecodeRune(r, r2); ok && dec != utf8.RuneError {
-					r = dec
-					s = s[6:]
-				} else {
-					r = utf8.RuneError
-				}
-			}
+			s = s[width:]
 			b.WriteRune(r)
 			goto next
 		default:
@@ -77,28 +66,6 @@ func unquote(lit []byte) (string, bool) {
 			return b.String(), true
 		}
 	}
-}
-
-// hex4 decodes four hex digits.
-func hex4(s []byte) (rune, bool) {
-	if len(s) < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range s[:4] {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(c)
-	}
-	return r, true
 }
 
 // unescaped maps the character after a backslash to the byte it stands
@@ -136,20 +103,8 @@ func (c *sink) writeUnquoted(lit []byte) {
 			s = s[2:]
 			continue
 		}
-		r, _ := hex4(s[2:])
-		s = s[6:]
-		if utf16.IsSurrogate(r) {
-			r2, ok := rune(-1), false
-			if len(s) >= 6 && s[0] == '\\' && s[1] == 'u' {
-				r2, ok = hex4(s[2:])
-			}
-			if dec := utf16.DecodeRune(r, r2); ok && dec != utf8.RuneError {
-				r = dec
-				s = s[6:]
-			} else {
-				r = utf8.RuneError
-			}
-		}
+		r, width, _ := jsonscan.Unicode(s, 0)
+		s = s[width:]
 		n := utf8.EncodeRune(c.rune[:], r)
 		c.Write(c.rune[:n])
 	}

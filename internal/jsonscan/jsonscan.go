@@ -246,6 +246,26 @@ func hasCtl(b []byte) bool {
 
 func isHex(c byte) bool { return c-'0' < 10 || (c|0x20)-'a' < 6 }
 
+// Unicode decodes the \u escape whose backslash is b[k] as JSON decoders
+// do: the rune (a surrogate pair's as one, U+FFFD for a lone surrogate)
+// and the bytes the escape takes (6, or 12 for a pair); ok is false for
+// bad hex digits. It is the one rule for \u: the renderer decodes by it and
+// StringEndLen counts by it.
+func Unicode(b []byte, k int) (r rune, width int, ok bool) {
+	r, ok = hex4(b, k+2)
+	switch {
+	case !ok:
+		return 0, 0, false
+	case r < 0xd800 || r >= 0xe000:
+		return r, 6, true
+	case r < 0xdc00 && k+12 <= len(b) && b[k+6] == '\\' && b[k+7] == 'u':
+		if r2, ok := hex4(b, k+8); ok && r2 >= 0xdc00 && r2 < 0xe000 {
+			return 0x10000 + (r-0xd800)<<10 + (r2 - 0xdc00), 12, true
+		}
+	}
+	return utf8.RuneError, 6, true // a lone surrogate
+}
+
 // hex4 decodes the four hex digits at b[i:], or reports false.
 func hex4(b []byte, i int) (rune, bool) {
 	if i+4 > len(b) {
@@ -380,29 +400,16 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 			j += 2
 			shrink++
 		case 'u':
-			r, ok := hex4(b, j+2)
+			r, width, ok := Unicode(b, j)
 			if !ok {
 				return 0, 0, false
 			}
-			j += 6
-			switch {
-			case r < 0x80:
-				shrink += 5
-			case r < 0x800:
-				shrink += 4
-			case r < 0xd800 || r >= 0xe000:
-				shrink += 3
-			default: // a surrogate: with a low one after a high one, a pair
-				if r < 0xdc00 && j+6 <= len(b) && b[j] == '\\' && b[j+1] == 'u' {
-					if r2, ok := hex4(b, j+2); ok && r2 >= 0xdc00 && r2 < 0xe000 {
-						escapes++
-						j += 6
-						shrink += 8 // twelve bytes, one four-byte rune
-						break
-					}
-				}
-				shrink += 3 // U+FFFD
+			size := utf8.RuneLen(r)
+			if width > 6 {
+				escapes++ // a surrogate pair: two escapes
 			}
+			j += width
+			shrink += width - size
 		default:
 			return 0, 0, false
 		}
@@ -485,38 +492,22 @@ func escapedChunks(b []byte, j int) (end, next, esc, less int, ok bool) {
 			pairLow := -1 // a low surrogate already counted with its high one
 			for e := escaped & below; e != 0; e &= e - 1 {
 				p := bits.TrailingZeros64(e)
-				if b[j+p] != 'u' {
+				if b[j+p] != 'u' || p == pairLow {
 					continue
 				}
-				r, ok := hex4(b, j+p+1)
+				r, width, ok := Unicode(b, j+p-1)
 				if !ok {
 					return 0, 0, 0, 0, false
 				}
-				switch {
-				case p == pairLow:
-				case r < 0x80:
-					extra += 4
-				case r < 0x800:
-					extra += 3
-				case r < 0xd800 || r >= 0xe000:
-					extra += 2
-				case r < 0xdc00 && j+p+11 <= len(b) && b[j+p+5] == '\\' && b[j+p+6] == 'u':
-					r2, ok := hex4(b, j+p+7)
-					if !ok {
-						return 0, 0, 0, 0, false
-					}
-					if r2 < 0xdc00 || r2 >= 0xe000 {
-						extra += 2 // a lone high surrogate: U+FFFD
-						break
-					}
+				size := utf8.RuneLen(r)
+				if width > 6 {
 					if p+6 >= n {
 						return 0, j, esc, less, true // the pair crosses the chunk
 					}
 					pairLow = p + 6
-					extra += 6 // twelve bytes, one four-byte rune
-				default:
-					extra += 2 // a lone surrogate: U+FFFD
 				}
+				// Each six bytes of it are one escape, counted below.
+				extra += width - size - width/6
 			}
 		}
 		k := (bits.OnesCount64(bs&below) + bits.OnesCount64(escaped&below)) / 2

@@ -3,6 +3,7 @@ package jsonscan
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"regexp"
 	"strings"
@@ -394,4 +395,44 @@ func FuzzStringEnd(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestUnicode checks the \u rule against encoding/json: random escapes,
+// each followed by another (a low surrogate half the time after a high
+// one), the rune and the bytes taken as json decodes them.
+func TestUnicode(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	pairs, lone := 0, 0
+	for range 20000 {
+		r1, r2 := r.IntN(0x10000), r.IntN(0x10000)
+		if r.IntN(3) == 0 {
+			r1 = 0xd800 + r.IntN(0x800) // a surrogate
+		}
+		if r.IntN(2) == 0 {
+			r2 = 0xdc00 + r.IntN(0x400) // a low one
+		}
+		lit := []byte(fmt.Sprintf(`"\u%04x\u%04X"`, r1, r2))
+		var dec string
+		if err := json.Unmarshal(lit, &dec); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := utf8.DecodeRuneInString(dec)
+		wantWidth := 6
+		if utf8.RuneCountInString(dec) == 1 {
+			wantWidth = 12
+			pairs++
+		} else if want == utf8.RuneError {
+			lone++
+		}
+		got, width, ok := Unicode(lit, 1)
+		if !ok || got != want || width != wantWidth {
+			t.Fatalf("Unicode(%s) = %U %d %v, want %U %d", lit, got, width, ok, want, wantWidth)
+		}
+	}
+	if _, _, ok := Unicode([]byte(`"\u12G4"`), 1); ok {
+		t.Fatal("bad hex digits accepted")
+	}
+	if pairs < 1000 || lone < 1000 {
+		t.Fatalf("%d pairs, %d lone surrogates", pairs, lone)
+	}
 }
