@@ -19,6 +19,7 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net/http"
@@ -473,8 +474,8 @@ func runMatrix(env *benchEnv, o options, targets []string, rep *report) error {
 				cr := crs[k]
 				cr.Round = round + 1
 				rep.addRound(t.name, w, cr)
-				logf("%2d/%d round %d %-9s %-20s %7.0f req/s  cpu %6.3f s/1k  ttfb p50 %6.3f p99 %7.3f ms  rss %6.1f MiB  foreign %3.0f%%%s",
-					step, total, round+1, w.label(), t.name, cr.RPS, cr.CPUPer1k, cr.TTFBP50, cr.TTFBP99, cr.PeakRSSMiB, 100*cr.ForeignCPU, errNote(cr))
+				logf("%2d/%d round %d %-9s %-20s %7.0f req/s  cpu %6.3f s/1k  ttfb p50 %6.3f p99 %7.3f ms  rss %6.1f MiB  allocs %5.1f/req  foreign %3.0f%%%s",
+					step, total, round+1, w.label(), t.name, cr.RPS, cr.CPUPer1k, cr.TTFBP50, cr.TTFBP99, cr.PeakRSSMiB, cr.AllocsPerReq, 100*cr.ForeignCPU, errNote(cr))
 			}
 		}
 	}
@@ -505,6 +506,33 @@ func latencyRate(rate, size int) int {
 		return rate
 	}
 	return max(1, rate*(16<<10)/size)
+}
+
+// allocCounts is the Go runtime's cumulative heap allocation counters of
+// a Caddy process, as its admin API's /debug/vars (expvar) reports them.
+type allocCounts struct {
+	Mallocs    uint64 `json:"Mallocs"`
+	TotalAlloc uint64 `json:"TotalAlloc"`
+}
+
+// readAllocs reads admin's allocation counters (ok false for a target
+// without a Caddy admin API, or on any error). The read itself allocates
+// a few hundred objects, nothing beside a slice's requests.
+func readAllocs(admin string) (allocCounts, bool) {
+	if admin == "" {
+		return allocCounts{}, false
+	}
+	b, err := httpGet("http://"+admin+"/debug/vars", 5*time.Second)
+	if err != nil {
+		return allocCounts{}, false
+	}
+	var v struct {
+		MemStats *allocCounts `json:"memstats"`
+	}
+	if json.Unmarshal(b, &v) != nil || v.MemStats == nil || v.MemStats.Mallocs == 0 {
+		return allocCounts{}, false
+	}
+	return *v.MemStats, true
 }
 
 // cpuSnap is the CPU counters around one slice.
@@ -540,6 +568,8 @@ func measureWorkload(env *benchEnv, o options, order []*target, w workload) []ce
 	}
 	type acc struct {
 		cpu, ours, busy, wall float64
+		mallocs, allocBytes   float64
+		allocOK               bool
 		ok, errs              int
 		firstErr              string
 		ttfb                  []time.Duration
@@ -551,9 +581,16 @@ func measureWorkload(env *benchEnv, o options, order []*target, w workload) []ce
 			i := (j + s) % k
 			t := order[i]
 			a := &accs[i]
+			m0, ok0 := readAllocs(t.admin)
 			c0 := snapCPU(env, t.pid())
 			tp := closedLoop(clients[i], t.url, w, o.conc, slice, 0)
 			c1 := snapCPU(env, t.pid())
+			m1, ok1 := readAllocs(t.admin)
+			if ok0 && ok1 {
+				a.allocOK = true
+				a.mallocs += float64(m1.Mallocs - m0.Mallocs)
+				a.allocBytes += float64(m1.TotalAlloc - m0.TotalAlloc)
+			}
 			a.cpu += c1.proxy - c0.proxy
 			a.ours += (c1.proxy - c0.proxy) + (c1.self - c0.self) + (c1.upstream - c0.upstream)
 			a.busy += c1.busy - c0.busy
@@ -595,6 +632,10 @@ func measureWorkload(env *benchEnv, o options, order []*target, w workload) []ce
 		if a.wall > 0 {
 			cr.RPS = float64(a.ok) / a.wall
 			cr.ForeignCPU = max(0, a.busy-a.ours) / (a.wall * ncpu)
+		}
+		if a.allocOK && a.ok > 0 {
+			cr.AllocsPerReq = a.mallocs / float64(a.ok)
+			cr.AllocKiBPerReq = a.allocBytes / float64(a.ok) / 1024
 		}
 		if t.pid() > 0 && a.ok > 0 {
 			cr.CPUPer1k = a.cpu / float64(a.ok) * 1000

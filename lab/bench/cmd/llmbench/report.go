@@ -65,6 +65,13 @@ type cellRound struct {
 	// Proxy CPU over the fixed-rate phase and the requests it served.
 	FixedCPUSeconds float64 `json:"fixed_rate_cpu_s"`
 	FixedRequests   int     `json:"fixed_rate_requests"`
+
+	// Go heap allocations per request in the throughput phase (the
+	// runtime's Mallocs and TotalAlloc, read from the admin API's
+	// /debug/vars around each slice; Caddy targets only): a count that
+	// noise does not move, beside the CPU that it does.
+	AllocsPerReq   float64 `json:"allocs_per_req,omitempty"`
+	AllocKiBPerReq float64 `json:"alloc_kib_per_req,omitempty"`
 }
 
 // cell is one target on one workload, medians over rounds.
@@ -90,6 +97,11 @@ type cell struct {
 	// Caddy's at the same rate.
 	FixedCPUPer1k float64  `json:"fixed_rate_cpu_s_per_1k"`
 	FixedCPURatio *float64 `json:"fixed_rate_cpu_per_req_ratio_vs_caddy,omitempty"`
+	// Heap allocations (count and KiB) per request, medians over rounds,
+	// and the count's ratio to stock Caddy's.
+	AllocsPerReq   float64  `json:"allocs_per_req,omitempty"`
+	AllocKiBPerReq float64  `json:"alloc_kib_per_req,omitempty"`
+	AllocsRatio    *float64 `json:"allocs_per_req_ratio_vs_caddy,omitempty"`
 
 	// Against stock Caddy on the same workload: medians of the per-round
 	// paired values (each round measured both within seconds).
@@ -300,6 +312,8 @@ func (r *report) finish() {
 		c.SatP50 = stats.Median(get(c, func(x cellRound) float64 { return x.SatP50 }))
 		c.SatP99 = stats.Median(get(c, func(x cellRound) float64 { return x.SatP99 }))
 		c.PeakRSSMiB = stats.Median(get(c, func(x cellRound) float64 { return x.PeakRSSMiB }))
+		c.AllocsPerReq = stats.Median(get(c, func(x cellRound) float64 { return x.AllocsPerReq }))
+		c.AllocKiBPerReq = stats.Median(get(c, func(x cellRound) float64 { return x.AllocKiBPerReq }))
 		var fcpu float64
 		var freq int
 		for _, cr := range c.Rounds {
@@ -349,6 +363,9 @@ func (r *report) finish() {
 		}
 		if len(cpu) > 0 {
 			c.CPURatio = ptr(stats.Median(cpu))
+		}
+		if base.AllocsPerReq > 0 && c.AllocsPerReq > 0 {
+			c.AllocsRatio = ptr(c.AllocsPerReq / base.AllocsPerReq)
 		}
 	}
 	// Pooled TTFB differences need every cell's pooled percentiles first.
@@ -622,8 +639,8 @@ func (r *report) markdown(w io.Writer) {
 		fmt.Fprintf(w, "Note: %s\n\n", n)
 	}
 	if len(r.Table) > 0 {
-		fmt.Fprintln(w, "| prompt | answer | target | req/s | × caddy | CPU s / 1k req | × caddy | CPU s / 1k at fixed rate | × caddy | TTFB p50 ms | p90 ms | p99 ms | p50 vs caddy | p99 vs caddy [95% CI] | peak RSS MiB | CPU spread |")
-		fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| prompt | answer | target | req/s | × caddy | CPU s / 1k req | × caddy | CPU s / 1k at fixed rate | × caddy | TTFB p50 ms | p90 ms | p99 ms | p50 vs caddy | p99 vs caddy [95% CI] | peak RSS MiB | allocs / req | × caddy | KiB alloc / req | CPU spread |")
+		fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, c := range r.Table {
 			mode := map[bool]string{false: "json", true: "sse"}[c.Stream]
 			cpu, fcpu, rss := fnum(c.CPUPer1k, 3), fnum(c.FixedCPUPer1k, 3), fnum(c.PeakRSSMiB, 1)
@@ -638,10 +655,15 @@ func (r *report) markdown(w io.Writer) {
 			if len(c.P99AddedCI) == 2 {
 				ci = fmt.Sprintf(" [%+.1f, %+.1f]", c.P99AddedCI[0], c.P99AddedCI[1])
 			}
-			fmt.Fprintf(w, "| %d KiB | %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s%s | %s | %s |\n",
+			allocs, akib := fnum(c.AllocsPerReq, 1), fnum(c.AllocKiBPerReq, 1)
+			if c.AllocsPerReq == 0 {
+				allocs, akib = "-", "-"
+			}
+			fmt.Fprintf(w, "| %d KiB | %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s%s | %s | %s | %s | %s | %s |\n",
 				c.PromptKiB, mode, c.Target, errs, fnum(c.RPS, 0), fptr(c.RPSRatio, 2, "", false), cpu, fptr(c.CPURatio, 2, "", false),
 				fcpu, fptr(c.FixedCPURatio, 2, "", false),
-				fnum(c.TTFBP50, 3), fnum(c.TTFBP90, 3), fnum(c.TTFBP99, 3), fptr(c.P50AddedMs, 3, " ms", true), fptr(c.P99AddedMs, 2, " ms", true), ci, rss, fnum(100*c.CPUSpread, 0)+"%")
+				fnum(c.TTFBP50, 3), fnum(c.TTFBP90, 3), fnum(c.TTFBP99, 3), fptr(c.P50AddedMs, 3, " ms", true), fptr(c.P99AddedMs, 2, " ms", true), ci, rss,
+				allocs, fptr(c.AllocsRatio, 2, "", false), akib, fnum(100*c.CPUSpread, 0)+"%")
 		}
 		fmt.Fprintln(w)
 	}
