@@ -87,6 +87,12 @@ func (c *answerCapture) feed(doc []byte) {
 			return
 		}
 	}
+	c.write(choices)
+}
+
+// write adds the text of one chunk's (or response's) choices, as feed
+// read them, to the answer, or ends the capture.
+func (c *answerCapture) write(choices []answerChoice) {
 	for _, ch := range choices {
 		if ch.index != 0 {
 			c.dead = true // several choices: which one comes back is unknown

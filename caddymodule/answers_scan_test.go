@@ -3,7 +3,10 @@ package caddymodule
 import (
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 // answerDocs are chunk and response shapes feed meets, and odd ones.
@@ -124,4 +127,60 @@ func BenchmarkScanAnswer(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestScanResponseMatchesParts proves that reading a whole response in
+// one pass (readWhole through scanResponse) ends as reading its usage and
+// feeding its answer each on its own does: the same usage figures and
+// the same answer text and capture state, on the shapes of both readers
+// and on mutations of them; and that the pass takes the common shapes.
+// (A whole response is never stripped, so read's verdict is not asked.)
+func TestScanResponseMatchesParts(t *testing.T) {
+	keys := answerKeys(t)
+	accepted, checked := 0, 0
+	check := func(doc []byte) {
+		checked++
+		if _, _, ok := scanResponse(doc, nil); ok {
+			accepted++
+		}
+		a, b := &usageSniffer{promptTokens: 3}, &usageSniffer{promptTokens: 3}
+		a.answer = &answerCapture{ans: policies.NewAnswer(keys)}
+		b.answer = &answerCapture{ans: policies.NewAnswer(keys)}
+		a.readWhole(doc)
+		b.read(doc)
+		b.answer.feed(doc)
+		if a.found != b.found || a.cached != b.cached || a.promptTokens != b.promptTokens || a.usageTokens != b.usageTokens {
+			t.Fatalf("readWhole(%q) usage %+v, read %+v", doc, *a, *b)
+		}
+		if !reflect.DeepEqual(a.answer, b.answer) {
+			t.Fatalf("readWhole(%q) answer %+v, feed %+v", doc, *a.answer, *b.answer)
+		}
+	}
+	docs := append(append([]string{}, answerDocs...), usageDocs...)
+	for _, d := range docs {
+		check([]byte(d))
+	}
+	if accepted < 15 {
+		t.Fatalf("only %d of %d shapes took the one pass", accepted, len(docs))
+	}
+	for _, d := range []string{string(benchJSONAnswer), usageDocs[1], answerDocs[3]} {
+		if _, _, ok := scanResponse([]byte(d), nil); !ok {
+			t.Errorf("common shape declined: %s", d)
+		}
+	}
+	mutate(rand.New(rand.NewPCG(5, 6)), docs, "{}[]\":,01.-enultrxCDU \\\xff", 20000, check)
+	t.Logf("%d of %d documents read in one pass", accepted, checked)
+	if accepted < checked/10 {
+		t.Fatalf("only %d of %d documents read in one pass", accepted, checked)
+	}
+}
+
+// answerKeys are the keys of a chat request whose answer can be captured.
+func answerKeys(t *testing.T) policies.Keys {
+	t.Helper()
+	req, err := policies.Parse("/v1/chat/completions", answerChatBody(t, strings.Repeat("system prompt ", 20), "a question"), policies.ParseConfig{BlockSize: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req.Keys
 }

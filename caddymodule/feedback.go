@@ -1,6 +1,8 @@
 package caddymodule
 
 import (
+	"slices"
+
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
 	"github.com/llmroute/caddy-llmroute/policies"
 )
@@ -26,16 +28,30 @@ func (h *LLMRoute) feedback(rc *routeCtx, a *attempt, sn *usageSniffer) {
 // and records the verdict; it returns it.
 func (s *replicaState) check(c policies.Check) policies.CheckResult {
 	got := s.belief.Check(c)
+	m := &s.metrics
 	if c.PromptTokens > 0 && c.PromptBytes > 0 {
-		metricPredictedTokens.WithLabelValues(s.addr).Add(float64(got.PredictedTokens))
+		m.predicted.get(metricPredictedTokens, s.addr).Add(float64(got.PredictedTokens))
 	}
-	metricReportedTokens.WithLabelValues(s.addr).Add(float64(c.CachedTokens))
-	metricPromptTokens.WithLabelValues(s.addr).Add(float64(c.PromptTokens))
-	metricPredictions.WithLabelValues(s.addr, string(got.Result)).Inc()
+	m.reported.get(metricReportedTokens, s.addr).Add(float64(c.CachedTokens))
+	m.prompt.get(metricPromptTokens, s.addr).Add(float64(c.PromptTokens))
+	if i := slices.Index(checkResults, got.Result); i >= 0 {
+		m.results[i].get(metricPredictions, s.addr, string(got.Result)).Inc()
+	} else {
+		metricPredictions.WithLabelValues(s.addr, string(got.Result)).Inc()
+	}
 	if got.Purged {
 		metricIndexPurges.WithLabelValues(s.addr, policies.PurgeHitsCollapsed).Inc()
 	}
 	return got.Result
+}
+
+// checkResults are the verdicts whose counters replicaCounters caches.
+var checkResults = []policies.CheckResult{policies.CheckHit, policies.CheckMiss, policies.CheckConcurrent, policies.CheckCold}
+
+// replicaCounters holds a replica's children of the feedback metrics.
+type replicaCounters struct {
+	predicted, reported, prompt counterSlot
+	results                     [4]counterSlot // by checkResults
 }
 
 // purge forgets everything believed resident on the replica.

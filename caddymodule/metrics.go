@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -140,6 +141,25 @@ func countRequest(strategy, replica, outcome string) {
 		c, _ = requestCounters.LoadOrStore(k, metricRequests.WithLabelValues(strategy, replica, outcome))
 	}
 	c.(prometheus.Counter).Inc()
+}
+
+// counterSlot holds one child of a CounterVec for labels that do not
+// change (a replica's, a tenant's), made on first use so that /metrics
+// shows the series it would without the slot, and kept (nothing deletes
+// one): counting then hashes no labels.
+type counterSlot struct {
+	p atomic.Pointer[prometheus.Counter]
+}
+
+// get returns the slot's counter, vec's child for labels, making it first
+// if need be (concurrent first uses make the same child).
+func (s *counterSlot) get(vec *prometheus.CounterVec, labels ...string) prometheus.Counter {
+	if c := s.p.Load(); c != nil {
+		return *c
+	}
+	c := vec.WithLabelValues(labels...)
+	s.p.Store(&c)
+	return c
 }
 
 // registerMetrics registers the router's collectors in the config's

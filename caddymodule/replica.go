@@ -32,6 +32,8 @@ type replicaState struct {
 	addrHash uint64
 	clk      clockwork.Clock
 	belief   *policies.Belief
+	// metrics caches the replica's feedback counters (feedback.go).
+	metrics replicaCounters
 
 	mu sync.Mutex
 	// inFlight counts the slots held by attempts on this replica.

@@ -246,6 +246,10 @@ type tenantState struct {
 	// through the budgets.
 	charged  float64
 	admitted uint64
+	// requests (by band) and tokens are the tenant's children of
+	// metricTenantRequests and metricTenantTokens.
+	requests [admission.Critical + 1]counterSlot
+	tokens   counterSlot
 }
 
 // tenantReg is one handler's settings for the tenant.

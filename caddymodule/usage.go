@@ -304,6 +304,12 @@ func (s *usageSniffer) read(doc []byte) bool {
 	if !ok {
 		return s.readDecoded(doc)
 	}
+	return s.readScanned(f)
+}
+
+// readScanned is read's end for a doc scanUsage (or scanResponse) read
+// as f.
+func (s *usageSniffer) readScanned(f openAIUsage) bool {
 	if f.usage && f.details {
 		s.found, s.cached, s.promptTokens = true, f.cached, f.prompt
 	} else if f.usage && f.prompt > 0 {
@@ -378,15 +384,30 @@ func (s *usageSniffer) readAnthropic(u *anthropicUsage) {
 // capture.
 func (s *usageSniffer) finish() {
 	if s.json && len(s.body) > 0 {
-		s.read(s.body)
-		if s.answer != nil {
-			s.answer.feed(s.body)
-		}
+		s.readWhole(s.body)
 		s.finished = true
 		s.body = nil
 	}
 	if s.answer != nil {
 		s.answer.end(s.finished)
+	}
+}
+
+// readWhole reads a whole (not streamed) response: its usage, and its
+// answer when one is captured. Both are read in one pass (scanResponse)
+// when that pass takes the doc, else by read and feed in turn, each with
+// its own fallback to encoding/json.
+func (s *usageSniffer) readWhole(doc []byte) {
+	if c := s.answer; c != nil && !c.dead {
+		if f, choices, ok := scanResponse(doc, c.choices[:0]); ok {
+			s.readScanned(f)
+			c.write(choices)
+			return
+		}
+	}
+	s.read(doc)
+	if s.answer != nil {
+		s.answer.feed(doc)
 	}
 }
 
@@ -431,6 +452,27 @@ func scanUsage(doc []byte) (f openAIUsage, ok bool) {
 		return false // another usage shape: left to encoding/json
 	})
 	return f, ok && s.End()
+}
+
+// scanResponse reads an OpenAI-shaped response's usage and choices in
+// one pass: what scanUsage and scanAnswer each read of it. It declines
+// whatever either declines, and more (a case-folded or repeated name of
+// either's fields): a declined doc goes to each of them on its own.
+func scanResponse(doc []byte, choices []answerChoice) (f openAIUsage, _ []answerChoice, ok bool) {
+	s := jsonscan.New(doc)
+	ok = s.Object(usageDocFields, func(i int) bool {
+		switch usageDocFields[i] {
+		case "choices":
+			var ok bool
+			choices, ok = scanChoices(&s, choices)
+			f.choices = len(choices) > 0 // a null choice is one too
+			return ok
+		case "usage":
+			return scanUsageObject(&s, &f)
+		}
+		return false
+	})
+	return f, choices, ok && s.End()
 }
 
 // scanUsageObject reads the usage object (null declines).
