@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
+	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 // freePort returns a loopback port that was free a moment ago.
@@ -312,4 +313,11 @@ func apiErr(t *testing.T, resp *http.Response) (typ, code string) {
 		code = *b.Error.Code
 	}
 	return b.Error.Type, code
+}
+
+// newRouteCtx returns a routing context as the handler sets one up.
+func newRouteCtx(now time.Time, req *policies.Request, body []byte) *routeCtx {
+	rc := new(routeCtx)
+	rc.init(now, req, body)
+	return rc
 }

@@ -168,7 +168,8 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 	}
 
 	start := time.Now()
-	var rc *routeCtx
+	x := new(exchange)
+	rc := &x.rc
 	var sniff *usageSniffer
 	if hasBody(r) {
 		req, bb, body, apiErr, ok := h.readRequest(r)
@@ -177,7 +178,7 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 			writeAPIError(w, apiErr)
 			return nil
 		}
-		sniff = &usageSniffer{}
+		sniff = &x.sniff
 		if h.RequestUsage && req.Stream && !req.HasStreamOptions && req.Endpoint != policies.EndpointResponses &&
 			req.Endpoint != policies.EndpointMessages { // Anthropic streams always carry usage
 			if b, ok := withIncludeUsage(bb, body); ok {
@@ -185,14 +186,14 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 				sniff.strip = true
 			}
 		}
-		rc = newRouteCtx(start, req, body)
+		rc.init(start, req, body)
 		r.Body = rc.holdBody(bb)
 		r.ContentLength = int64(len(body))
 		r.TransferEncoding = nil
 		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
 		r.Header.Del("Content-Encoding")
 	} else {
-		rc = newRouteCtx(start, nil, nil)
+		rc.init(start, nil, nil)
 		r.Header.Del("Content-Encoding") // nothing to decode, nothing to label
 	}
 	h.describe(r, rc)
@@ -208,18 +209,9 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 	// Tell a dial timeout from other transport errors (previousAttempt).
 	r = r.WithContext(httptrace.WithClientTrace(r.Context(), rc.dialTrace()))
 
-	ww := &routeWriter{
-		ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
-		rc:                    rc,
-		replicaHdr:            h.ReplicaHeader,
-		sniff:                 sniff,
-	}
+	ww := x.writer(w, h.ReplicaHeader, sniff)
 	if rc.req != nil && rc.req.Endpoint == policies.EndpointResponses {
 		ww.respIDs = &responseIDScanner{}
-	}
-	ww.onFirstBytes = func() {
-		rc.firstByte()
-		metricTTFB.Observe(time.Since(rc.started).Seconds())
 	}
 
 	returned := false
@@ -257,6 +249,24 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 	}
 	writeAPIError(ww, upstreamError(status, upstreamRetryAfter(r)))
 	return nil
+}
+
+// exchange holds what one request needs from arrival to release, in one
+// allocation: its routing context, the writer that watches its answer and
+// the answer's usage sniffer.
+type exchange struct {
+	rc    routeCtx
+	ww    routeWriter
+	sniff usageSniffer
+}
+
+// writer returns the exchange's routeWriter over w (sniff nil: no usage
+// to read).
+func (x *exchange) writer(w http.ResponseWriter, replicaHdr string, sniff *usageSniffer) *routeWriter {
+	x.ww = routeWriter{rc: &x.rc, replicaHdr: replicaHdr, sniff: sniff}
+	x.ww.wrapper.ResponseWriter = w
+	x.ww.ResponseWriterWrapper = &x.ww.wrapper
+	return &x.ww
 }
 
 // finish settles the request: the replica's outcome (outcome.go), the

@@ -15,15 +15,29 @@ import (
 // decides.
 type routeWriter struct {
 	*caddyhttp.ResponseWriterWrapper
-	rc           *routeCtx
-	replicaHdr   string
-	status       int
-	wroteHeader  bool
-	bytes        int64
-	firstByteAt  time.Time
-	sniff        *usageSniffer
-	respIDs      *responseIDScanner // reads a /v1/responses answer's id
-	onFirstBytes func()
+	rc          *routeCtx
+	replicaHdr  string
+	status      int
+	wroteHeader bool
+	bytes       int64
+	firstByteAt time.Time
+	sniff       *usageSniffer
+	respIDs     *responseIDScanner // reads a /v1/responses answer's id
+
+	// wrapper is what ResponseWriterWrapper points at (exchange.writer):
+	// one allocation for both.
+	wrapper caddyhttp.ResponseWriterWrapper
+}
+
+// firstBytes marks the answer started: the request's routing context
+// learns it (the body is let go, the attempt's prefill ends) and the
+// time to first byte is observed.
+func (w *routeWriter) firstBytes() {
+	if w.rc == nil {
+		return
+	}
+	w.rc.firstByte()
+	metricTTFB.Observe(w.firstByteAt.Sub(w.rc.started).Seconds())
 }
 
 func (w *routeWriter) WriteHeader(status int) {
@@ -56,9 +70,7 @@ func (w *routeWriter) Write(p []byte) (int, error) {
 	}
 	if w.firstByteAt.IsZero() && len(p) > 0 {
 		w.firstByteAt = time.Now()
-		if w.onFirstBytes != nil {
-			w.onFirstBytes()
-		}
+		w.firstBytes()
 	}
 	if w.respIDs != nil {
 		w.respIDs.observe(p)

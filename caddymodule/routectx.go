@@ -117,10 +117,11 @@ type routeCtx struct {
 	trace httptrace.ClientTrace
 }
 
-// newRouteCtx returns the routing context of a request that started at
-// now; req and body are nil for a request without a parsed body.
-func newRouteCtx(now time.Time, req *policies.Request, body []byte) *routeCtx {
-	return &routeCtx{started: now, req: req, body: body}
+// init sets a fresh (zero) routing context up: that of a request that
+// started at now; req and body are nil for a request without a parsed
+// body.
+func (rc *routeCtx) init(now time.Time, req *policies.Request, body []byte) {
+	rc.started, rc.req, rc.body = now, req, body
 }
 
 // holdBody makes the request's hold on buf, where its body lies, the

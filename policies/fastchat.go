@@ -104,6 +104,9 @@ func (s *fscan) keyAt(names []string) (string, int, bool) {
 	}
 	ks := unsafe.String(unsafe.SliceData(k), len(k))
 	for i, n := range names {
+		if len(n) != len(ks) {
+			continue // ASCII: no fold changes a length
+		}
 		if ks == n {
 			return n, i, true
 		}
