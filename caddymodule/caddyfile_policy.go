@@ -18,6 +18,7 @@ import (
 //		queue_timeout   <duration>
 //		sheddable_share <fraction>
 //		slow_start      <duration>
+//		slot_hold       <duration>
 //		cooldown        <base> [<max>]
 //		dial_timeout_fails <n> [<window>]
 //		fail_status     <code...>
@@ -75,6 +76,8 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = durationArg(d, opt, &p.QueueTimeout)
 		case "slow_start":
 			err = durationArg(d, opt, &p.SlowStart)
+		case "slot_hold":
+			err = durationArg(d, opt, &p.SlotHold)
 		case "sheddable_share":
 			err = floatArg(d, opt, &p.SheddableShare)
 		case "balance_factor":

@@ -285,6 +285,9 @@ func (h *LLMRoute) finish(r *http.Request, ww *routeWriter, rc *routeCtx, return
 			remember(rc, addr, ww.respIDs)
 		}
 	}
+	if rc.held() {
+		rc.endHold(holdSampleOf(rc, ww, a, o)) // slothold.go
+	}
 	rc.finish(o)
 	h.settleTenant(rc, ww, a != nil) // budgets.go
 	countRequest(strategy, addr, label)

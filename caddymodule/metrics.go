@@ -41,6 +41,10 @@ var (
 		Help:    "Time to choose and reserve a replica, by strategy.",
 		Buckets: []float64{.00001, .00005, .0001, .0005, .001, .005, .01},
 	}, []string{"strategy"})
+	metricSlotHolds = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNS, Name: "slot_holds_total",
+		Help: "Requests past slot_hold, by how: none (nothing of their prompt ran), ended (they waited for it to end), timeout (they waited slot_hold), gone (the client left).",
+	}, []string{"outcome"})
 	metricTTFB = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: metricNS, Name: "time_to_first_byte_seconds",
 		Help:    "Time from request arrival to the first response byte relayed.",
@@ -172,7 +176,7 @@ func registerMetrics(ctx caddy.Context) {
 	}
 	for _, c := range []prometheus.Collector{
 		metricRequests, metricRejected, metricCooldowns, metricQueueDepth, metricQueueWait,
-		metricDecision, metricTTFB, metricPredictedTokens, metricReportedTokens, metricPromptTokens,
+		metricDecision, metricTTFB, metricSlotHolds, metricPredictedTokens, metricReportedTokens, metricPromptTokens,
 		metricPredictions, metricIndexPurges, metricStatusOverrides, metricSessionRoutes, metricStateRoutes, stateCollector{},
 		metricTenantRequests, metricTenantRejected, metricTenantQueueWait, metricTenantTokens, tenantCollector{},
 	} {

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -112,6 +113,11 @@ type routeCtx struct {
 	// without an answer, whose dial timed out and that got no connection,
 	// failed by dial timeout.
 	dialTimedOut, gotConn *attempt
+	// holds is where the request passed its slot hold (slot_hold; nil
+	// when it passed none) and place its place there, which endHold (or
+	// finish) gives back.
+	holds *slotHolds
+	place *holdPlace
 	// trace is the client trace the handler puts in the request's context
 	// (see dialTrace); it lives here to save an allocation per request.
 	trace httptrace.ClientTrace
@@ -248,6 +254,38 @@ func (rc *routeCtx) finish(o outcome) {
 	rc.buf.retire(rc.bufGen) // nothing reads the body any more (body.go)
 	waiters.release(rc.tk)   // the tenant's slot (waitqueue.go)
 	rc.endJudged(cur, o, forgive)
+	rc.endHold(holdSample{})
+}
+
+// held reports whether the request has passed its slot hold.
+func (rc *routeCtx) held() bool { return rc.holds != nil }
+
+// hold passes the request's slot hold (slothold.go): it may wait, up to
+// limit, while a request of its prompt runs, then counts as running until
+// endHold. False means the client left while it waited.
+func (rc *routeCtx) hold(ctx context.Context, holds *slotHolds, head uint64, promptBytes int, limit time.Duration) bool {
+	place, out := holds.enter(ctx, head, promptBytes, limit)
+	metricSlotHolds.WithLabelValues(string(out)).Inc()
+	rc.holds = holds
+	if place == nil {
+		return false
+	}
+	rc.mu.Lock()
+	rc.place = place
+	rc.mu.Unlock()
+	return true
+}
+
+// endHold gives back the request's place among the running requests of
+// its prompt, once, with what it took (s).
+func (rc *routeCtx) endHold(s holdSample) {
+	rc.mu.Lock()
+	p := rc.place
+	rc.place = nil
+	rc.mu.Unlock()
+	if p != nil {
+		rc.holds.leave(p, s)
+	}
 }
 
 // judgeLocked decides whose fault a status failure of attempt a is. The

@@ -182,6 +182,19 @@ type LLMSelection struct {
 	// holds as many bytes in that many more or fewer blocks. Default 16384.
 	IndexBlocks int `json:"index_blocks,omitempty"`
 
+	// SlotHold is for engines whose prompt cache belongs to a slot that
+	// one request holds at a time (llama.cpp's server): a request whose
+	// prompt begins as one still running through this policy (the same
+	// first block) waits up to SlotHold for it to end before it is routed,
+	// so that it reuses that warm slot instead of prefilling its whole
+	// prompt into another and evicting what that one held. Requests of one
+	// prompt then go one at a time while they find each other running; the
+	// bound lets a prompt that is asked for faster than it is answered
+	// spread anyway. Held requests hold no slot and are not in the queue.
+	// Default 0: never hold (engines with a shared prefix cache, vLLM and
+	// SGLang, serve such requests together, and should).
+	SlotHold caddy.Duration `json:"slot_hold,omitempty"`
+
 	// SlowStart ramps the cap of a replica llmroute has just started to see
 	// (a scale-up, a new dynamic upstream) from 1 to max_in_flight over this
 	// duration, so it takes load gradually. Default 0 (off).
@@ -206,6 +219,8 @@ type LLMSelection struct {
 	logger   *zap.Logger
 	warnOnce sync.Once
 	scraper  *scraper
+	// holds tracks running prompts for slot_hold (nil when off).
+	holds *slotHolds
 
 	// states holds this policy's reference on each replica state it has
 	// seen, keyed by dial address.
@@ -302,6 +317,9 @@ func (p *LLMSelection) setup() error {
 	if p.clock == nil {
 		p.clock = clockwork.NewRealClock()
 	}
+	if p.SlotHold > 0 {
+		p.holds = newSlotHolds(p.clock)
+	}
 	opts := policies.Options{
 		Seed:              p.Seed,
 		BalanceFactor:     p.BalanceFactor,
@@ -363,6 +381,9 @@ func (p *LLMSelection) Validate() error {
 	}
 	if p.DialTimeoutFails < 0 || p.DialTimeoutWindow < 0 {
 		return fmt.Errorf("dial_timeout_fails and its window must be >= 0")
+	}
+	if p.SlotHold < 0 {
+		return fmt.Errorf("slot_hold must be >= 0, got %v", time.Duration(p.SlotHold))
 	}
 	if p.ColdChoices < 0 {
 		return fmt.Errorf("cold_choices must be >= 1, got %d", p.ColdChoices)
@@ -435,6 +456,12 @@ func (p *LLMSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _
 		return nil
 	}
 	keys := rc.keys()
+	if p.holds != nil && !retry && len(keys.Blocks) > 0 && !rc.held() {
+		// Wait while a request of the same prompt runs (slothold.go).
+		if !rc.hold(r.Context(), p.holds, keys.Blocks[0], keys.Bytes, time.Duration(p.SlotHold)) {
+			return nil // the client left
+		}
+	}
 
 	// At once, or through the fair queue when the replicas are full or
 	// others wait (waitqueue.go).

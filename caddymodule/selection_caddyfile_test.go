@@ -27,6 +27,7 @@ func TestSelectionCaddyfile(t *testing.T) {
 			queue_size 32
 			queue_timeout 3s
 			slow_start 10s
+			slot_hold 2s
 			cooldown 2s 20s
 			dial_timeout_fails 5 30s
 			fail_status 500 502
@@ -42,6 +43,7 @@ func TestSelectionCaddyfile(t *testing.T) {
 			assert.Equal(t, 32, p.QueueSize)
 			assert.Equal(t, caddy.Duration(3*time.Second), p.QueueTimeout)
 			assert.Equal(t, caddy.Duration(10*time.Second), p.SlowStart)
+			assert.Equal(t, caddy.Duration(2*time.Second), p.SlotHold)
 			assert.Equal(t, caddy.Duration(2*time.Second), p.CooldownBase)
 			assert.Equal(t, caddy.Duration(20*time.Second), p.CooldownMax)
 			assert.Equal(t, 5, p.DialTimeoutFails)
@@ -74,6 +76,7 @@ func TestSelectionCaddyfile(t *testing.T) {
 		{"llm {\n dial_timeout_fails some\n}", "dial_timeout_fails"},
 		{"llm {\n dial_timeout_fails 3 later\n}", "dial_timeout_fails"},
 		{"llm {\n colour blue\n}", "unrecognized"},
+		{"llm {\n slot_hold a_while\n}", "slot_hold"},
 	}
 	for _, tt := range bad {
 		var p LLMSelection
@@ -97,6 +100,23 @@ func TestSelectionValidateColdBalanceFactor(t *testing.T) {
 			assert.NoError(t, err, "%v", tt.f)
 		} else {
 			assert.ErrorContains(t, err, "cold_balance_factor", "%v", tt.f)
+		}
+	}
+}
+
+// TestSelectionValidateSlotHold: a negative slot_hold is refused; 0 (off)
+// and a duration are taken.
+func TestSelectionValidateSlotHold(t *testing.T) {
+	for _, tt := range []struct {
+		d  time.Duration
+		ok bool
+	}{{0, true}, {2 * time.Second, true}, {-time.Second, false}} {
+		p := LLMSelection{SlotHold: caddy.Duration(tt.d), BalanceFactor: 1.5}
+		err := p.Validate()
+		if tt.ok {
+			assert.NoError(t, err, "%v", tt.d)
+		} else {
+			assert.ErrorContains(t, err, "slot_hold", "%v", tt.d)
 		}
 	}
 }

@@ -1,0 +1,248 @@
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmroute/caddy-llmroute/policies"
+)
+
+// TestSlotHoldsEnter proves the hold's rules on a fake clock: a prompt
+// that nothing runs passes at once; a second and a third request of a
+// running prompt wait, and each request that ends hands its place to the
+// first waiter, one at a time, in arrival order; the bound lets a waiter
+// go beside the running one; a client that leaves gets no place; other
+// prompts never wait; and every place is given back.
+func TestSlotHoldsEnter(t *testing.T) {
+	clk := clockwork.NewFakeClock()
+	h := newSlotHolds(clk)
+	ctx := context.Background()
+	type entered struct {
+		place *holdPlace
+		out   holdOutcome
+	}
+	enter := func(head uint64, timers int) chan entered {
+		ch := make(chan entered, 1)
+		go func() {
+			p, out := h.enter(ctx, head, 1000, time.Second)
+			ch <- entered{p, out}
+		}()
+		require.NoError(t, clk.BlockUntilContext(ctx, timers)) // it waits on its bound
+		return ch
+	}
+	quiet := func(chs ...chan entered) {
+		t.Helper()
+		for _, ch := range chs {
+			select {
+			case e := <-ch:
+				t.Fatalf("passed while the prompt ran: %v", e.out)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	got := func(ch chan entered, want holdOutcome) *holdPlace {
+		t.Helper()
+		select {
+		case e := <-ch:
+			require.Equal(t, want, e.out)
+			return e.place
+		case <-time.After(5 * time.Second):
+			t.Fatalf("still waiting, want %s", want)
+		}
+		return nil
+	}
+	first, out := h.enter(ctx, 1, 1000, time.Second)
+	require.Equal(t, holdNone, out)
+	other, out := h.enter(ctx, 2, 1000, time.Second)
+	require.Equal(t, holdNone, out, "another prompt does not wait")
+
+	second := enter(1, 1)
+	third := enter(1, 2)
+	quiet(second, third)
+	h.leave(first, holdSample{})
+	p2 := got(second, holdEnded) // the first waiter takes the place
+	quiet(third)
+	h.leave(p2, holdSample{})
+	p3 := got(third, holdEnded)
+
+	// The bound: a waiter goes beside the running one.
+	fourth := enter(1, 1)
+	clk.Advance(time.Second)
+	p4 := got(fourth, holdTimeout)
+
+	// A client that leaves while it waits gets no place.
+	cctx, cancel := context.WithCancel(ctx)
+	gone := make(chan holdOutcome, 1)
+	go func() {
+		p, out := h.enter(cctx, 1, 1000, time.Second)
+		assert.Nil(t, p)
+		gone <- out
+	}()
+	require.NoError(t, clk.BlockUntilContext(ctx, 1))
+	cancel()
+	assert.Equal(t, holdGone, <-gone)
+
+	h.leave(p3, holdSample{})
+	assert.Equal(t, 2, h.holding(), "a prompt with a request left still runs")
+	h.leave(p4, holdSample{})
+	h.leave(other, holdSample{})
+	assert.Zero(t, h.holding(), "every place given back")
+}
+
+// TestSlotHoldsWaitWhenWorthIt proves the decision to wait once requests
+// have been measured: a request waits only while the running one is
+// expected to end before its own uncached prefill would (the learned
+// seconds per uncached byte times its prompt), and then no longer than
+// that prefill; a prompt whose requests run long is not held.
+func TestSlotHoldsWaitWhenWorthIt(t *testing.T) {
+	clk := clockwork.NewFakeClock()
+	h := newSlotHolds(clk)
+	ctx := context.Background()
+	// Learned: requests hold their slot 100 ms; a miss takes 1 ms per
+	// uncached byte to its first byte.
+	p, _ := h.enter(ctx, 9, 1000, time.Minute)
+	h.leave(p, holdSample{span: 100 * time.Millisecond, ttft: 500 * time.Millisecond, uncachedBytes: 500})
+	require.InDelta(t, 0.1, h.span.v, 1e-9)
+	require.InDelta(t, 0.001, h.prefill.v, 1e-9)
+
+	tests := []struct {
+		name      string
+		prompt    int
+		ran       time.Duration // how long the running request has run
+		wantWait  bool
+		wantBound time.Duration
+	}{
+		{"prefill longer than the rest of the run", 1000, 0, true, time.Second},
+		{"prefill shorter than the rest of the run", 50, 0, false, 0},
+		{"the run nearly over", 50, 80 * time.Millisecond, true, 50 * time.Millisecond},
+		{"bounded by slot_hold", 100000, 0, true, time.Minute},
+	}
+	accepted := 0
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run, out := h.enter(ctx, 1, 1000, time.Minute)
+			require.Equal(t, holdNone, out)
+			clk.Advance(tt.ran)
+			h.mu.Lock()
+			wait, ok := h.waitLocked(run.run, clk.Now(), tt.prompt, time.Minute)
+			h.mu.Unlock()
+			assert.Equal(t, tt.wantWait, ok)
+			if ok {
+				accepted++
+				assert.Equal(t, tt.wantBound, wait)
+			} else {
+				next, out := h.enter(ctx, 1, tt.prompt, time.Minute)
+				assert.Equal(t, holdSkipped, out, "not held: it runs beside")
+				h.leave(next, holdSample{})
+			}
+			h.leave(run, holdSample{})
+		})
+	}
+	assert.Equal(t, 3, accepted)
+	assert.Zero(t, h.holding())
+}
+
+// TestSelectSlotHold proves slot_hold through the policy: a request whose
+// prompt is running waits in Select until that request is settled, then
+// goes; with slot_hold off it goes at once; and nothing stays counted
+// after the requests end.
+func TestSelectSlotHold(t *testing.T) {
+	keys := answerKeys(t)
+	for _, hold := range []time.Duration{0, time.Minute} {
+		t.Run(time.Duration(hold).String(), func(t *testing.T) {
+			p := barePolicy(t, 4)
+			p.SlotHold = caddy.Duration(hold)
+			require.NoError(t, p.setup())
+			s := newSelector(t, p)
+			pool := dynPool("slothold-" + hold.String() + ".invalid:8000")
+			sel := func() (chan string, *routeCtx) {
+				r, rc := routedRequest(t, context.Background())
+				rc.req = &policies.Request{Keys: keys}
+				s.rcs = append(s.rcs, rc)
+				ch := make(chan string, 1)
+				go func() {
+					addr := ""
+					if up := p.Select(pool, r, nil); up != nil {
+						addr = up.Dial
+					}
+					ch <- addr
+				}()
+				return ch, rc
+			}
+			ch1, rc1 := sel()
+			require.NotEmpty(t, <-ch1)
+			ch2, rc2 := sel()
+			if hold == 0 {
+				require.NotEmpty(t, <-ch2, "no hold: it goes at once")
+				assert.Nil(t, p.holds)
+				return
+			}
+			select {
+			case <-ch2:
+				t.Fatal("went while a request of its prompt ran")
+			case <-time.After(50 * time.Millisecond):
+			}
+			rc1.finish(neutralEnd)
+			select {
+			case addr := <-ch2:
+				require.NotEmpty(t, addr)
+			case <-time.After(5 * time.Second):
+				t.Fatal("still held after the running request ended")
+			}
+			rc2.finish(neutralEnd)
+			assert.Zero(t, p.holds.holding(), "nothing left counted")
+			s.rcs = nil
+		})
+	}
+}
+
+// TestSlotHoldThroughCaddy proves slot_hold end to end: through Caddy, a
+// request whose prompt is running on the replica does not reach it until
+// that one's answer has ended (the handler's end gives its place back);
+// a request of another prompt is not held; every request is answered 200
+// and nothing stays reserved or counted.
+func TestSlotHoldThroughCaddy(t *testing.T) {
+	a := newFake(t)
+	hold := make(chan struct{})
+	a.setHold(hold)
+	r := startRouter(t, fmt.Sprintf(`
+	llm_route
+	reverse_proxy %s {
+		lb_policy llm {
+			slot_hold 20s
+		}
+	}`, a.addr))
+	sys := "the group's system prompt " + strings.Repeat("s", 400)
+	send := func(id, sys string) chan int {
+		ch := make(chan int, 1)
+		go func() {
+			resp := post(t, r.url("/v1/chat/completions"), "", id, "", chatBody(sys, "q "+id, false))
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			ch <- resp.StatusCode
+		}()
+		return ch
+	}
+	first := send("hold-1", sys)
+	waitFor(t, "the first request at the replica", func() bool { return a.count("hold-1") == 1 })
+	second := send("hold-2", sys)
+	other := send("hold-other", "another prompt altogether "+strings.Repeat("o", 400))
+	waitFor(t, "the other prompt at the replica", func() bool { return a.count("hold-other") == 1 })
+	time.Sleep(50 * time.Millisecond) // time for the held one to go, were it not held
+	assert.Zero(t, a.count("hold-2"), "reached the replica while its prompt ran")
+	close(hold)
+	for _, ch := range []chan int{first, second, other} {
+		assert.Equal(t, 200, <-ch)
+	}
+	assert.Equal(t, 1, a.count("hold-2"))
+	r.requireDrained(a.addr)
+}
