@@ -185,14 +185,17 @@ type LLMSelection struct {
 	// SlotHold is for engines whose prompt cache belongs to a slot that
 	// one request holds at a time (llama.cpp's server): a request whose
 	// prompt begins as one still running through this policy (the same
-	// first block) waits up to SlotHold for it to end before it is routed,
-	// so that it reuses that warm slot instead of prefilling its whole
-	// prompt into another and evicting what that one held. Requests of one
-	// prompt then go one at a time while they find each other running; the
-	// bound lets a prompt that is asked for faster than it is answered
-	// spread anyway. Held requests hold no slot and are not in the queue.
-	// Default 0: never hold (engines with a shared prefix cache, vLLM and
-	// SGLang, serve such requests together, and should).
+	// system and developer messages, or first block without them) waits
+	// to be handed that request's place when it ends, so that it reuses
+	// the warm slot instead of prefilling its whole prompt into another
+	// and evicting what that one held. It waits only while that is
+	// expected to be quicker than its own prefill (both learned from the
+	// answers: how long requests hold their slot, and the seconds per
+	// uncached prompt byte of misses), and never longer than SlotHold;
+	// waiters of one prompt are handed places in arrival order. Held
+	// requests take no replica slot and are not in the queue. Default 0:
+	// never hold (engines with a shared prefix cache, vLLM and SGLang,
+	// serve such requests together, and should).
 	SlotHold caddy.Duration `json:"slot_hold,omitempty"`
 
 	// SlowStart ramps the cap of a replica llmroute has just started to see
@@ -457,8 +460,10 @@ func (p *LLMSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _
 	}
 	keys := rc.keys()
 	if p.holds != nil && !retry && len(keys.Blocks) > 0 && !rc.held() {
-		// Wait while a request of the same prompt runs (slothold.go).
-		if !rc.hold(r.Context(), p.holds, keys.Blocks[0], keys.Bytes, time.Duration(p.SlotHold)) {
+		// Wait while a request of the same prompt runs (slothold.go):
+		// the same leading run (system and developer messages), or first
+		// block without one.
+		if !rc.hold(r.Context(), p.holds, policies.HomeKey(keys), keys.Bytes, time.Duration(p.SlotHold)) {
 			return nil // the client left
 		}
 	}

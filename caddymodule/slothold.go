@@ -14,8 +14,10 @@ import (
 // second request of a prompt from the slot where the first one runs: it
 // prefills the whole prompt into another slot, evicting what that one
 // held, and the next request of the evicted prompt does the same. So a
-// request whose prompt begins as one running here (the same first block)
-// may wait for that one to end and take its place, warm, instead.
+// request whose prompt begins as one running here (the same leading run:
+// its system and developer messages, or its first block without them;
+// policies.HomeKey) may wait for that one to end and take its place,
+// warm, instead.
 //
 // It waits only when that is expected to be quicker than its own prefill:
 // the running request's expected remaining time (what this policy's
@@ -27,8 +29,8 @@ import (
 // that end, one each, in arrival order; none waits past slot_hold or past
 // its own expected prefill.
 
-// slotHolds tracks, under one policy, the requests running by the first
-// block of their prompt, and what its requests take.
+// slotHolds tracks, under one policy, the requests running by the key of
+// their prompt's leading run, and what its requests take.
 type slotHolds struct {
 	clk     clockwork.Clock
 	mu      sync.Mutex
@@ -39,7 +41,7 @@ type slotHolds struct {
 	span, prefill ewma
 }
 
-// holdRun is the requests running with one first block: when each began,
+// holdRun is the requests running with one leading run: when each began,
 // and the waiters, first come first, each handed the place of the next
 // one to end.
 type holdRun struct {
@@ -117,7 +119,7 @@ func holdSampleOf(rc *routeCtx, ww *routeWriter, a *attempt, o outcome) holdSamp
 	return s
 }
 
-// enter passes the hold for a request with first block head and
+// enter passes the hold for a request with leading-run key head and
 // promptBytes of prompt: at once when none of its prompt runs or waiting
 // is not worth it, else when a running one ends (its place is handed on)
 // or its wait is over (at most limit); then the request counts as running
