@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 // Slot holds (slot_hold): an engine whose prompt cache belongs to a slot
@@ -30,15 +32,13 @@ import (
 // its own expected prefill.
 
 // slotHolds tracks, under one policy, the requests running by the key of
-// their prompt's leading run, and what its requests take.
+// their prompt's leading run, and what its requests take (the decision to
+// wait is policies.SlotEstimate's).
 type slotHolds struct {
 	clk     clockwork.Clock
 	mu      sync.Mutex
 	running map[uint64]*holdRun
-	// span is how long a request holds its slot (attempt start to end),
-	// prefill the seconds per uncached prompt byte to the first byte of
-	// mostly uncached prompts: moving averages of finished requests.
-	span, prefill ewma
+	est     policies.SlotEstimate
 }
 
 // holdRun is the requests running with one leading run: when each began,
@@ -65,22 +65,6 @@ type holdPlace struct {
 
 func newSlotHolds(clk clockwork.Clock) *slotHolds {
 	return &slotHolds{clk: clk, running: map[uint64]*holdRun{}}
-}
-
-// ewma is an exponentially weighted moving average (weight 1/5 to the
-// newest sample); n counts the samples.
-type ewma struct {
-	v float64
-	n int
-}
-
-func (e *ewma) add(x float64) {
-	if e.n == 0 {
-		e.v = x
-	} else {
-		e.v += (x - e.v) / 5
-	}
-	e.n++
 }
 
 // holdOutcome says how a request passed the hold.
@@ -178,20 +162,11 @@ func (h *slotHolds) enter(ctx context.Context, head uint64, promptBytes int, lim
 	return &holdPlace{run: r, head: head, start: now}, holdTimeout
 }
 
-// waitLocked returns how long a new arrival of run r would wait, and
-// whether that is worth it (see the file's comment).
+// waitLocked returns how long a new arrival of promptBytes in run r would
+// wait, and whether that is worth it (policies.SlotEstimate.HoldWait).
 func (h *slotHolds) waitLocked(r *holdRun, now time.Time, promptBytes int, limit time.Duration) (time.Duration, bool) {
-	if h.span.n == 0 || h.prefill.n == 0 || promptBytes <= 0 {
-		return limit, true // nothing learned: as configured
-	}
-	span := time.Duration(h.span.v * float64(time.Second))
 	oldest := slices.MinFunc(r.starts, func(a, b time.Time) int { return a.Compare(b) })
-	expect := max(span-now.Sub(oldest), 0) + time.Duration(len(r.waiting))*span/time.Duration(len(r.starts))
-	own := time.Duration(h.prefill.v * float64(promptBytes) * float64(time.Second))
-	if expect >= own {
-		return 0, false
-	}
-	return min(limit, own), true
+	return h.est.HoldWait(now.Sub(oldest), len(r.starts), len(r.waiting), promptBytes, limit)
 }
 
 // leave gives back a place enter handed out, with what the request took.
@@ -202,12 +177,7 @@ func (h *slotHolds) leave(p *holdPlace, s holdSample) {
 }
 
 func (h *slotHolds) leaveLocked(p *holdPlace, s holdSample) {
-	if s.span > 0 {
-		h.span.add(s.span.Seconds())
-	}
-	if s.ttft > 0 && s.uncachedBytes > 0 {
-		h.prefill.add(s.ttft.Seconds() / float64(s.uncachedBytes))
-	}
+	h.est.Observe(s.span, s.ttft, s.uncachedBytes)
 	r := p.run
 	i := slices.Index(r.starts, p.start)
 	if len(r.waiting) > 0 && i >= 0 {

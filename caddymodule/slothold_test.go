@@ -98,11 +98,11 @@ func TestSlotHoldsEnter(t *testing.T) {
 	assert.Zero(t, h.holding(), "every place given back")
 }
 
-// TestSlotHoldsWaitWhenWorthIt proves the decision to wait once requests
-// have been measured: a request waits only while the running one is
-// expected to end before its own uncached prefill would (the learned
-// seconds per uncached byte times its prompt), and then no longer than
-// that prefill; a prompt whose requests run long is not held.
+// TestSlotHoldsWaitWhenWorthIt proves that enter follows the learned
+// decision (policies.SlotEstimate.HoldWait, tabled there): the finished
+// requests' samples reach the estimate, a request whose prefill would
+// outlast the running one's remaining span waits, one whose prefill is
+// quicker runs beside it at once (skipped), and nothing stays counted.
 func TestSlotHoldsWaitWhenWorthIt(t *testing.T) {
 	clk := clockwork.NewFakeClock()
 	h := newSlotHolds(clk)
@@ -111,43 +111,28 @@ func TestSlotHoldsWaitWhenWorthIt(t *testing.T) {
 	// uncached byte to its first byte.
 	p, _ := h.enter(ctx, 9, 1000, time.Minute)
 	h.leave(p, holdSample{span: 100 * time.Millisecond, ttft: 500 * time.Millisecond, uncachedBytes: 500})
-	require.InDelta(t, 0.1, h.span.v, 1e-9)
-	require.InDelta(t, 0.001, h.prefill.v, 1e-9)
+	require.Equal(t, 100*time.Millisecond, h.est.Span())
+	require.Equal(t, time.Millisecond, h.est.PrefillPerByte())
 
-	tests := []struct {
-		name      string
-		prompt    int
-		ran       time.Duration // how long the running request has run
-		wantWait  bool
-		wantBound time.Duration
-	}{
-		{"prefill longer than the rest of the run", 1000, 0, true, time.Second},
-		{"prefill shorter than the rest of the run", 50, 0, false, 0},
-		{"the run nearly over", 50, 80 * time.Millisecond, true, 50 * time.Millisecond},
-		{"bounded by slot_hold", 100000, 0, true, time.Minute},
-	}
-	accepted := 0
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			run, out := h.enter(ctx, 1, 1000, time.Minute)
-			require.Equal(t, holdNone, out)
-			clk.Advance(tt.ran)
-			h.mu.Lock()
-			wait, ok := h.waitLocked(run.run, clk.Now(), tt.prompt, time.Minute)
-			h.mu.Unlock()
-			assert.Equal(t, tt.wantWait, ok)
-			if ok {
-				accepted++
-				assert.Equal(t, tt.wantBound, wait)
-			} else {
-				next, out := h.enter(ctx, 1, tt.prompt, time.Minute)
-				assert.Equal(t, holdSkipped, out, "not held: it runs beside")
-				h.leave(next, holdSample{})
-			}
-			h.leave(run, holdSample{})
-		})
-	}
-	assert.Equal(t, 3, accepted)
+	run, out := h.enter(ctx, 1, 1000, time.Minute)
+	require.Equal(t, holdNone, out)
+	next, out := h.enter(ctx, 1, 50, time.Minute) // 50 ms of prefill < 100 ms left
+	assert.Equal(t, holdSkipped, out)
+	h.leave(next, holdSample{})
+
+	waits := make(chan holdOutcome, 1)
+	go func() {
+		p, out := h.enter(ctx, 1, 1000, time.Minute) // 1 s of prefill > 100 ms left
+		h.leave(p, holdSample{})
+		waits <- out
+	}()
+	require.NoError(t, clk.BlockUntilContext(ctx, 1))
+	h.mu.Lock()
+	waiting := len(h.running[1].waiting)
+	h.mu.Unlock()
+	assert.Equal(t, 1, waiting, "it waits")
+	h.leave(run, holdSample{})
+	assert.Equal(t, holdEnded, <-waits)
 	assert.Zero(t, h.holding())
 }
 
