@@ -184,3 +184,17 @@ func answerKeys(t *testing.T) policies.Keys {
 	}
 	return req.Keys
 }
+
+// BenchmarkScanResponse reads a whole JSON answer as finish does: usage
+// and choices in one pass.
+func BenchmarkScanResponse(b *testing.B) {
+	b.SetBytes(int64(len(benchJSONAnswer)))
+	b.ReportAllocs()
+	var buf []answerChoice
+	for b.Loop() {
+		var ok bool
+		if _, buf, ok = scanResponse(benchJSONAnswer, buf[:0]); !ok {
+			b.Fatal("declined")
+		}
+	}
+}
