@@ -64,7 +64,7 @@ func snapshotPolicies() []stateapi.Policy {
 			SlowStart: time.Duration(p.SlowStart), CooldownBase: time.Duration(p.CooldownBase),
 			CooldownMax:      time.Duration(p.CooldownMax),
 			DialTimeoutFails: p.DialTimeoutFails, StatusFails: p.StatusFails, EngineMetrics: p.EngineMetrics != nil,
-			SheddableShare: p.SheddableShare,
+			SheddableShare: p.SheddableShare, SlotHold: p.holds.status(time.Duration(p.SlotHold)),
 		})
 	}
 	return out

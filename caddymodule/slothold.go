@@ -8,6 +8,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
 	"github.com/llmroute/caddy-llmroute/policies"
 )
 
@@ -197,10 +198,23 @@ func (h *slotHolds) leaveLocked(p *holdPlace, s holdSample) {
 	}
 }
 
-// holding reports how many prompts have requests running or waiting
-// (tests, state).
+// holding reports how many prompts have requests running or waiting.
 func (h *slotHolds) holding() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.running)
+}
+
+// status is the policy's slot_hold in /llm_route/state (nil when off).
+func (h *slotHolds) status(limit time.Duration) *stateapi.SlotHold {
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := &stateapi.SlotHold{Limit: limit, Span: h.est.Span(), PrefillPerKiB: h.est.PrefillPerByte() * 1024, Prompts: len(h.running)}
+	for _, r := range h.running {
+		st.Waiting += len(r.waiting)
+	}
+	return st
 }

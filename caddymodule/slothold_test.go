@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
 	"github.com/llmroute/caddy-llmroute/policies"
 )
 
@@ -224,10 +225,24 @@ func TestSlotHoldThroughCaddy(t *testing.T) {
 	waitFor(t, "the other prompt at the replica", func() bool { return a.count("hold-other") == 1 })
 	time.Sleep(50 * time.Millisecond) // time for the held one to go, were it not held
 	assert.Zero(t, a.count("hold-2"), "reached the replica while its prompt ran")
+	slotHold := func() *stateapi.SlotHold {
+		st := r.state()
+		require.Len(t, st.Policies, 1)
+		require.NotNil(t, st.Policies[0].SlotHold, "/llm_route/state shows slot_hold")
+		return st.Policies[0].SlotHold
+	}
+	sh := slotHold()
+	assert.Equal(t, 20*time.Second, sh.Limit)
+	assert.Equal(t, 2, sh.Prompts, "two prompts running")
+	assert.Equal(t, 1, sh.Waiting, "one request waiting")
 	close(hold)
 	for _, ch := range []chan int{first, second, other} {
 		assert.Equal(t, 200, <-ch)
 	}
 	assert.Equal(t, 1, a.count("hold-2"))
 	r.requireDrained(a.addr)
+	sh = slotHold()
+	assert.Zero(t, sh.Prompts, "every place given back")
+	assert.Zero(t, sh.Waiting)
+	assert.Positive(t, sh.Span, "the answers taught it how long a slot is held")
 }

@@ -144,6 +144,24 @@ type Policy struct {
 	StatusFails       int           `json:"status_fails"`
 	EngineMetrics     bool          `json:"engine_metrics"`
 	SheddableShare    float64       `json:"sheddable_share"`
+	// SlotHold is the slot_hold setting and what it has learned; absent
+	// when off.
+	SlotHold *SlotHold `json:"slot_hold,omitempty"`
+}
+
+// SlotHold is a policy's slot_hold: its bound, the estimates its decision
+// to wait uses (0 until learned), and the prompts with requests running
+// or waiting now.
+type SlotHold struct {
+	Limit time.Duration `json:"limit"`
+	// Span is how long a request holds its slot; PrefillPerKiB a miss's
+	// time to first byte per KiB of uncached prompt (moving averages).
+	Span          time.Duration `json:"span"`
+	PrefillPerKiB time.Duration `json:"prefill_per_kib"`
+	// Prompts counts the prompts with requests running through the
+	// policy, Waiting the requests waiting for one of their slots.
+	Prompts int `json:"prompts"`
+	Waiting int `json:"waiting"`
 }
 
 // Replica returns addr's entry, if any.
