@@ -184,8 +184,9 @@ type LLMSelection struct {
 
 	// SlotHold is for engines whose prompt cache belongs to a slot that
 	// one request holds at a time (llama.cpp's server): a request whose
-	// prompt begins as one still running through this policy (the same
-	// system and developer messages, or first block without them) waits
+	// prompt begins as one still running (the same deployment, model,
+	// system and developer messages, or first block without them; across
+	// reloads) waits
 	// to be handed that request's place when it ends, so that it reuses
 	// the warm slot instead of prefilling its whole prompt into another
 	// and evicting what that one held. It waits only while that is
@@ -222,7 +223,8 @@ type LLMSelection struct {
 	logger   *zap.Logger
 	warnOnce sync.Once
 	scraper  *scraper
-	// holds tracks running prompts for slot_hold (nil when off).
+	// holds tracks running prompts for slot_hold (slotTracker; nil when
+	// off).
 	holds *slotHolds
 
 	// states holds this policy's reference on each replica state it has
@@ -321,7 +323,7 @@ func (p *LLMSelection) setup() error {
 		p.clock = clockwork.NewRealClock()
 	}
 	if p.SlotHold > 0 {
-		p.holds = newSlotHolds(p.clock)
+		p.holds = slotTracker // package-level: a reload keeps it (slothold.go)
 	}
 	opts := policies.Options{
 		Seed:              p.Seed,

@@ -32,9 +32,17 @@ import (
 // that end, one each, in arrival order; none waits past slot_hold or past
 // its own expected prefill.
 
-// slotHolds tracks, under one policy, the requests running by the key of
-// their prompt's leading run, and what its requests take (the decision to
-// wait is policies.SlotEstimate's).
+// slotTracker is the one slotHolds of every policy with slot_hold: a
+// reload's new policy sees the requests the old one is still serving
+// (prompts are keyed by their leading run, which hashes the deployment
+// and the model, so pools do not mix), and keeps what was learned. The
+// estimates are shared too: pools of very different engines under one
+// Caddy share one guess of a slot's span.
+var slotTracker = newSlotHolds(clockwork.NewRealClock())
+
+// slotHolds tracks the requests running by the key of their prompt's
+// leading run, and what its requests take (the decision to wait is
+// policies.SlotEstimate's).
 type slotHolds struct {
 	clk     clockwork.Clock
 	mu      sync.Mutex

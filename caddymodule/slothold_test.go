@@ -142,6 +142,7 @@ func TestSlotHoldsWaitWhenWorthIt(t *testing.T) {
 // goes; with slot_hold off it goes at once; and nothing stays counted
 // after the requests end.
 func TestSelectSlotHold(t *testing.T) {
+	freshSlotTracker(t)
 	keys := answerKeys(t)
 	for _, hold := range []time.Duration{0, time.Minute} {
 		t.Run(time.Duration(hold).String(), func(t *testing.T) {
@@ -197,6 +198,7 @@ func TestSelectSlotHold(t *testing.T) {
 // a request of another prompt is not held; every request is answered 200
 // and nothing stays reserved or counted.
 func TestSlotHoldThroughCaddy(t *testing.T) {
+	freshSlotTracker(t)
 	a := newFake(t)
 	hold := make(chan struct{})
 	a.setHold(hold)
@@ -245,4 +247,60 @@ func TestSlotHoldThroughCaddy(t *testing.T) {
 	assert.Zero(t, sh.Prompts, "every place given back")
 	assert.Zero(t, sh.Waiting)
 	assert.Positive(t, sh.Span, "the answers taught it how long a slot is held")
+}
+
+// TestSlotHoldSurvivesReload proves that a reload keeps the hold: a
+// request of a prompt still running under the old config's policy waits
+// under the new one's until that request ends, then goes; nothing leaks.
+func TestSlotHoldSurvivesReload(t *testing.T) {
+	freshSlotTracker(t)
+	a := newFake(t)
+	hold := make(chan struct{})
+	a.setHold(hold)
+	site := func(cap int) string {
+		return fmt.Sprintf(`
+	llm_route
+	reverse_proxy %s {
+		lb_policy llm {
+			max_in_flight %d
+			slot_hold 20s
+		}
+	}`, a.addr, cap)
+	}
+	r := startRouter(t, site(4))
+	sys := "a prompt running across a reload " + strings.Repeat("r", 400)
+	send := func(id string) chan int {
+		ch := make(chan int, 1)
+		go func() {
+			resp := post(t, r.url("/v1/chat/completions"), "", id, "", chatBody(sys, "q "+id, false))
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			ch <- resp.StatusCode
+		}()
+		return ch
+	}
+	first := send("reload-1")
+	waitFor(t, "the first request at the replica", func() bool { return a.count("reload-1") == 1 })
+	r.load(site(8))
+	second := send("reload-2")
+	waitFor(t, "the second request waiting", func() bool {
+		st := r.state()
+		return len(st.Policies) > 0 && st.Policies[len(st.Policies)-1].SlotHold != nil && st.Policies[len(st.Policies)-1].SlotHold.Waiting == 1
+	})
+	assert.Zero(t, a.count("reload-2"), "reached the replica while its prompt ran")
+	close(hold)
+	assert.Equal(t, 200, <-first)
+	assert.Equal(t, 200, <-second)
+	assert.Equal(t, 1, a.count("reload-2"))
+	r.requireDrained(a.addr)
+	assert.Zero(t, slotTracker.holding(), "every place given back")
+}
+
+// freshSlotTracker gives the test a package-level slot tracker of its own
+// (nothing learned: every hold waits up to slot_hold), for the policies it
+// sets up, and puts the old one back after.
+func freshSlotTracker(t *testing.T) {
+	old := slotTracker
+	slotTracker = newSlotHolds(clockwork.NewRealClock())
+	t.Cleanup(func() { slotTracker = old })
 }

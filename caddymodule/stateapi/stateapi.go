@@ -151,15 +151,16 @@ type Policy struct {
 
 // SlotHold is a policy's slot_hold: its bound, the estimates its decision
 // to wait uses (0 until learned), and the prompts with requests running
-// or waiting now.
+// or waiting now. Everything but the bound is shared by the policies
+// with slot_hold (one tracker, kept across reloads).
 type SlotHold struct {
 	Limit time.Duration `json:"limit"`
 	// Span is how long a request holds its slot; PrefillPerKiB a miss's
 	// time to first byte per KiB of uncached prompt (moving averages).
 	Span          time.Duration `json:"span"`
 	PrefillPerKiB time.Duration `json:"prefill_per_kib"`
-	// Prompts counts the prompts with requests running through the
-	// policy, Waiting the requests waiting for one of their slots.
+	// Prompts counts the prompts with requests running, Waiting the
+	// requests waiting for one of their slots.
 	Prompts int `json:"prompts"`
 	Waiting int `json:"waiting"`
 }
