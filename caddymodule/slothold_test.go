@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -294,6 +295,116 @@ func TestSlotHoldSurvivesReload(t *testing.T) {
 	assert.Equal(t, 1, a.count("reload-2"))
 	r.requireDrained(a.addr)
 	assert.Zero(t, slotTracker.holding(), "every place given back")
+}
+
+// TestSlotHoldReleasedByBrokenStream proves that a request whose stream
+// breaks still hands its place on: the replica cuts the first request's
+// stream midway (the client sees it broken: no [DONE]; the replica cools),
+// and the request held behind it then goes, once, to the healthy replica,
+// and gets its whole answer; nothing stays reserved or held, and no
+// request was sent twice.
+func TestSlotHoldReleasedByBrokenStream(t *testing.T) {
+	freshSlotTracker(t)
+	a, b := newFake(t), newFake(t)
+	hold := make(chan struct{})
+	a.setHold(hold)
+	b.setHold(hold)
+	r := startRouter(t, fmt.Sprintf(`
+	llm_route
+	reverse_proxy %s %s {
+		lb_policy llm {
+			slot_hold 20s
+		}
+	}`, a.addr, b.addr))
+	sys := "a prompt whose first stream breaks " + strings.Repeat("b", 400)
+	type streamed struct {
+		status int
+		done   bool
+	}
+	send := func(id, fault string) chan streamed {
+		ch := make(chan streamed, 1)
+		go func() {
+			resp := post(t, r.url("/v1/chat/completions"), "", id, fault, chatBody(sys, "q "+id, true))
+			_, done, _ := readSSE(resp)
+			ch <- streamed{resp.StatusCode, done}
+		}()
+		return ch
+	}
+	seen := func(id string) int { return a.count(id) + b.count(id) }
+	first := send("broken-1", "cut")
+	waitFor(t, "the first request at a replica", func() bool { return seen("broken-1") == 1 })
+	second := send("broken-2", "")
+	waitFor(t, "the second request held", func() bool {
+		st := r.state()
+		return len(st.Policies) == 1 && st.Policies[0].SlotHold != nil && st.Policies[0].SlotHold.Waiting == 1
+	})
+	assert.Zero(t, seen("broken-2"))
+	close(hold) // the first streams three chunks, then its connection is cut
+	got := <-first
+	assert.Equal(t, 200, got.status)
+	assert.False(t, got.done, "the broken stream reached the client as whole")
+	got = <-second
+	assert.Equal(t, 200, got.status)
+	assert.True(t, got.done, "the held request's answer is whole")
+	assert.Equal(t, 1, seen("broken-1"), "the broken stream was not sent again")
+	assert.Equal(t, 1, seen("broken-2"))
+	r.requireDrained(a.addr, b.addr)
+	assert.Zero(t, slotTracker.holding(), "no place kept")
+}
+
+// TestSlotHoldClientLeaves proves that a client leaving while its request
+// is held costs nothing: the held request never reaches the replica, the
+// running one ends whole, no place is kept, and the next request of the
+// prompt goes at once.
+func TestSlotHoldClientLeaves(t *testing.T) {
+	freshSlotTracker(t)
+	a := newFake(t)
+	hold := make(chan struct{})
+	a.setHold(hold)
+	r := startRouter(t, fmt.Sprintf(`
+	llm_route
+	reverse_proxy %s {
+		lb_policy llm {
+			slot_hold 20s
+		}
+	}`, a.addr))
+	sys := "a prompt whose waiter leaves " + strings.Repeat("l", 400)
+	first := make(chan int, 1)
+	go func() {
+		resp := post(t, r.url("/v1/chat/completions"), "", "leave-1", "", chatBody(sys, "q1", false))
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		first <- resp.StatusCode
+	}()
+	waitFor(t, "the first request at the replica", func() bool { return a.count("leave-1") == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, r.url("/v1/chat/completions"), strings.NewReader(chatBody(sys, "q2", false)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Request-Id", "leave-2")
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		left <- err
+	}()
+	waitFor(t, "the second request held", func() bool {
+		st := r.state()
+		return len(st.Policies) == 1 && st.Policies[0].SlotHold != nil && st.Policies[0].SlotHold.Waiting == 1
+	})
+	cancel()
+	require.Error(t, <-left)
+	waitFor(t, "the waiter gone", func() bool { return r.state().Policies[0].SlotHold.Waiting == 0 })
+	close(hold)
+	assert.Equal(t, 200, <-first)
+	assert.Zero(t, a.count("leave-2"), "a request whose client left reached the replica")
+	r.requireDrained(a.addr)
+	assert.Zero(t, slotTracker.holding(), "no place kept")
+	resp := post(t, r.url("/v1/chat/completions"), "", "leave-3", "", chatBody(sys, "q3", false))
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, 200, resp.StatusCode, "the next request of the prompt goes at once")
 }
 
 // freshSlotTracker gives the test a package-level slot tracker of its own
