@@ -88,11 +88,19 @@ var DefaultPolicies = []Policy{
 	{Name: "prefix_load cold_choices 1", Strategy: "prefix_load", Options: []string{"cold_choices 1"}, Sim: policies.Options{ColdChoices: 1}},
 }
 
-// PoliciesNamed returns the policies of DefaultPolicies and the homes
-// directory's with the given names, in that order, or an error naming one
-// that is neither.
+// coldRulePolicies are prefix_load with other cold rules, run by name
+// only (-e2e-policies): what a new prefix's placement costs with two
+// routers and nothing shared (lab/experiments/results/e2e_cold_rules).
+var coldRulePolicies = []Policy{
+	{Name: "prefix_load cold_slack -1", Strategy: "prefix_load", Options: []string{"cold_slack -1"}, Sim: policies.Options{ColdSlack: -1}},
+	{Name: "prefix_load peers none", Strategy: "prefix_load", Options: []string{"peers none"}, Sim: policies.Options{Peers: policies.PeersNone}},
+}
+
+// PoliciesNamed returns the policies of DefaultPolicies, the homes
+// directory's and coldRulePolicies with the given names, in that order,
+// or an error naming one that is none of them.
 func PoliciesNamed(names []string) ([]Policy, error) {
-	all := append(append([]Policy(nil), DefaultPolicies...), directoryPolicy)
+	all := append(append(append([]Policy(nil), DefaultPolicies...), directoryPolicy), coldRulePolicies...)
 	var out []Policy
 	for _, n := range names {
 		i := slices.IndexFunc(all, func(p Policy) bool { return p.Name == n })
