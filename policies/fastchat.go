@@ -89,19 +89,11 @@ func (s *fscan) skip() ([]byte, bool) {
 // them case-insensitively).
 func (s *fscan) keyAt(names []string) (string, int, bool) {
 	s.ws()
-	if s.i >= len(s.b) || s.b[s.i] != '"' {
+	k, ok := jsonscan.PlainKey(s.b, s.i)
+	if !ok {
 		return "", -1, false
 	}
-	lit, esc, ok := s.str()
-	if !ok || esc {
-		return "", -1, false
-	}
-	k := lit[1 : len(lit)-1]
-	for _, c := range k {
-		if c >= 0x80 {
-			return "", -1, false
-		}
-	}
+	s.i += len(k) + 2
 	ks := unsafe.String(unsafe.SliceData(k), len(k))
 	for i, n := range names {
 		if len(n) != len(ks) {

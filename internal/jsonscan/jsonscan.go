@@ -175,19 +175,12 @@ func (s *Scanner) End() bool {
 // false) escaped or non-ASCII keys and keys that equal one of names but
 // for case, which encoding/json would match to that field.
 func (s *Scanner) Key(names ...string) (string, bool) {
-	if s.Peek() != '"' {
+	s.WS()
+	k, ok := PlainKey(s.b, s.i)
+	if !ok {
 		return "", false
 	}
-	lit, esc, ok := s.String()
-	if !ok || esc {
-		return "", false
-	}
-	k := lit[1 : len(lit)-1]
-	for _, c := range k {
-		if c >= utf8.RuneSelf {
-			return "", false
-		}
-	}
+	s.i += len(k) + 2
 	ks := unsafe.String(unsafe.SliceData(k), len(k))
 	for _, n := range names {
 		if len(n) != len(ks) {
@@ -206,6 +199,27 @@ func (s *Scanner) Key(names ...string) (string, bool) {
 	}
 	s.i++
 	return ks, true
+}
+
+// PlainKey reads the string literal at b[i] as an object key the fast
+// paths take: printable ASCII without escapes. It returns the key's bytes
+// (quotes excluded), or ok false for anything else: not a string, a
+// backslash, a control byte (invalid JSON anyway), a byte past ASCII, no
+// closing quote. Keys are short: one byte at a time beats StringEnd's
+// probes and calls there.
+func PlainKey(b []byte, i int) (key []byte, ok bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return b[i+1 : j], true
+		case c < 0x20 || c >= 0x80 || c == '\\':
+			return nil, false
+		}
+	}
+	return nil, false
 }
 
 // Eight bytes at a time: lo has a one in each byte, hi the top bit.

@@ -436,3 +436,63 @@ func TestUnicode(t *testing.T) {
 		t.Fatalf("%d pairs, %d lone surrogates", pairs, lone)
 	}
 }
+
+// TestPlainKey proves PlainKey takes exactly the keys the fast paths took
+// before it (a valid string without escapes whose bytes are all ASCII, by
+// StringEnd and a byte check), on a table and on 50,000 random literals
+// drawn from quotes, backslashes, control, ASCII and non-ASCII bytes; and
+// that it returns the key's bytes.
+func TestPlainKey(t *testing.T) {
+	ref := func(b []byte, i int) ([]byte, bool) {
+		if i >= len(b) || b[i] != '"' {
+			return nil, false
+		}
+		end, esc, ok := StringEnd(b, i)
+		if !ok || esc {
+			return nil, false
+		}
+		k := b[i+1 : end-1]
+		for _, c := range k {
+			if c >= 0x80 {
+				return nil, false
+			}
+		}
+		return k, true
+	}
+	for _, tt := range []struct {
+		in   string
+		want string
+		ok   bool
+	}{
+		{`"model":1`, "model", true}, {`""`, "", true}, {`"a\"b"`, "", false}, {"\"a\x01\"", "", false},
+		{"\"\xc3\xa9\"", "", false}, {`"open`, "", false}, {`x"a"`, "", false}, {"\"\x7f\"", "\x7f", true},
+	} {
+		k, ok := PlainKey([]byte(tt.in), 0)
+		if ok != tt.ok || string(k) != tt.want {
+			t.Errorf("PlainKey(%q) = %q, %v; want %q, %v", tt.in, k, ok, tt.want, tt.ok)
+		}
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	alphabet := []byte{'"', '\\', 'a', 'z', ' ', 0x01, 0x1f, 0x7f, 0x80, 0xc3, 0xa9, 'u', '0'}
+	accepted := 0
+	for range 50000 {
+		b := []byte{'"'}
+		for range r.IntN(24) {
+			b = append(b, alphabet[r.IntN(len(alphabet))])
+		}
+		if r.IntN(4) > 0 {
+			b = append(b, '"')
+		}
+		got, ok := PlainKey(b, 0)
+		want, wok := ref(b, 0)
+		if ok != wok || string(got) != string(want) {
+			t.Fatalf("PlainKey(%q) = %q, %v; StringEnd's rule %q, %v", b, got, ok, want, wok)
+		}
+		if ok {
+			accepted++
+		}
+	}
+	if accepted < 1000 {
+		t.Fatalf("only %d of 50,000 literals accepted", accepted)
+	}
+}
