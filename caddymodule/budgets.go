@@ -94,11 +94,7 @@ func (h *LLMRoute) admitTenant(r *http.Request, rc *routeCtx, ts *tenantState) (
 	}
 	tk.band = band
 	rc.tk = tk
-	if band >= 0 && int(band) < len(ts.requests) {
-		ts.requests[band].get(metricTenantRequests, ts.name, band.String()).Inc()
-	} else {
-		metricTenantRequests.WithLabelValues(ts.name, band.String()).Inc()
-	}
+	ts.requests[band].get(metricTenantRequests, ts.name, band.String()).Inc()
 	return apiError{}, true
 }
 
@@ -173,11 +169,7 @@ func (h *LLMRoute) settleTenant(rc *routeCtx, ww *routeWriter, sent bool) {
 	tk.ts.settle(tk, sent, used, exact)
 	waiters.settle(tk, used)
 	if used > 0 {
-		if tk.flow == tk.ts.name {
-			tk.ts.tokens.get(metricTenantTokens, tk.flow).Add(used)
-		} else {
-			metricTenantTokens.WithLabelValues(tk.flow).Add(used)
-		}
+		tk.ts.tokens.get(metricTenantTokens, tk.flow).Add(used) // flow is ts's name
 	}
 }
 

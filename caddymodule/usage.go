@@ -423,9 +423,8 @@ type openAIUsage struct {
 // doc with any other (or one of them but for case), which read leaves to
 // encoding/json.
 var (
-	usageDocFields   = []string{"choices", "usage", "response", "type", "message", "timings", "tokens_cached", "tokens_evaluated"}
-	usageFields      = []string{"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details", "input_tokens_details", "input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens"}
-	usageDetailField = []string{"cached_tokens"}
+	usageDocFields = []string{"choices", "usage", "response", "type", "message", "timings", "tokens_cached", "tokens_evaluated"}
+	usageFields    = []string{"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details", "input_tokens_details", "input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens"}
 )
 
 // scanUsage reads an OpenAI-shaped usage chunk or response in one pass,
@@ -434,10 +433,32 @@ var (
 // Responses API's), duplicate fields, a count that is not a plain integer,
 // anything that would not decode.
 func scanUsage(doc []byte) (f openAIUsage, ok bool) {
+	f, _, ok = scanOpenAI(doc, nil, false)
+	return f, ok
+}
+
+// scanResponse reads an OpenAI-shaped response's usage and choices in
+// one pass: what scanUsage and scanAnswer each read of it. It declines
+// whatever either declines, and more (a case-folded or repeated name of
+// either's fields): a declined doc goes to each of them on its own.
+func scanResponse(doc []byte, choices []answerChoice) (openAIUsage, []answerChoice, bool) {
+	return scanOpenAI(doc, choices, true)
+}
+
+// scanOpenAI is scanUsage's and scanResponse's one walk of the doc: with
+// answers, the choices are read as scanAnswer reads them (into choices);
+// without, each is only skipped, whatever it holds.
+func scanOpenAI(doc []byte, choices []answerChoice, answers bool) (f openAIUsage, _ []answerChoice, ok bool) {
 	s := jsonscan.New(doc)
 	ok = s.Object(usageDocFields, func(i int) bool {
 		switch usageDocFields[i] {
 		case "choices":
+			if answers {
+				var ok bool
+				choices, ok = scanChoices(&s, choices)
+				f.choices = len(choices) > 0 // a null choice is one too
+				return ok
+			}
 			if s.Lit("null") {
 				return true
 			}
@@ -450,27 +471,6 @@ func scanUsage(doc []byte) (f openAIUsage, ok bool) {
 			return scanUsageObject(&s, &f)
 		}
 		return false // another usage shape: left to encoding/json
-	})
-	return f, ok && s.End()
-}
-
-// scanResponse reads an OpenAI-shaped response's usage and choices in
-// one pass: what scanUsage and scanAnswer each read of it. It declines
-// whatever either declines, and more (a case-folded or repeated name of
-// either's fields): a declined doc goes to each of them on its own.
-func scanResponse(doc []byte, choices []answerChoice) (f openAIUsage, _ []answerChoice, ok bool) {
-	s := jsonscan.New(doc)
-	ok = s.Object(usageDocFields, func(i int) bool {
-		switch usageDocFields[i] {
-		case "choices":
-			var ok bool
-			choices, ok = scanChoices(&s, choices)
-			f.choices = len(choices) > 0 // a null choice is one too
-			return ok
-		case "usage":
-			return scanUsageObject(&s, &f)
-		}
-		return false
 	})
 	return f, choices, ok && s.End()
 }
