@@ -204,24 +204,9 @@ func TestSlotHoldThroughCaddy(t *testing.T) {
 	a := newFake(t)
 	hold := make(chan struct{})
 	a.setHold(hold)
-	r := startRouter(t, fmt.Sprintf(`
-	llm_route
-	reverse_proxy %s {
-		lb_policy llm {
-			slot_hold 20s
-		}
-	}`, a.addr))
+	r := startRouter(t, slotHoldSite("slot_hold 20s", a))
 	sys := "the group's system prompt " + strings.Repeat("s", 400)
-	send := func(id, sys string) chan int {
-		ch := make(chan int, 1)
-		go func() {
-			resp := post(t, r.url("/v1/chat/completions"), "", id, "", chatBody(sys, "q "+id, false))
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			ch <- resp.StatusCode
-		}()
-		return ch
-	}
+	send := func(id, sys string) chan int { return postAsync(t, r, id, sys) }
 	first := send("hold-1", sys)
 	waitFor(t, "the first request at the replica", func() bool { return a.count("hold-1") == 1 })
 	second := send("hold-2", sys)
@@ -260,35 +245,16 @@ func TestSlotHoldSurvivesReload(t *testing.T) {
 	hold := make(chan struct{})
 	a.setHold(hold)
 	site := func(cap int) string {
-		return fmt.Sprintf(`
-	llm_route
-	reverse_proxy %s {
-		lb_policy llm {
-			max_in_flight %d
-			slot_hold 20s
-		}
-	}`, a.addr, cap)
+		return slotHoldSite(fmt.Sprintf("max_in_flight %d\n\t\t\tslot_hold 20s", cap), a)
 	}
 	r := startRouter(t, site(4))
 	sys := "a prompt running across a reload " + strings.Repeat("r", 400)
-	send := func(id string) chan int {
-		ch := make(chan int, 1)
-		go func() {
-			resp := post(t, r.url("/v1/chat/completions"), "", id, "", chatBody(sys, "q "+id, false))
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			ch <- resp.StatusCode
-		}()
-		return ch
-	}
+	send := func(id string) chan int { return postAsync(t, r, id, sys) }
 	first := send("reload-1")
 	waitFor(t, "the first request at the replica", func() bool { return a.count("reload-1") == 1 })
 	r.load(site(8))
 	second := send("reload-2")
-	waitFor(t, "the second request waiting", func() bool {
-		st := r.state()
-		return len(st.Policies) > 0 && st.Policies[len(st.Policies)-1].SlotHold != nil && st.Policies[len(st.Policies)-1].SlotHold.Waiting == 1
-	})
+	waitHeld(t, r, 1)
 	assert.Zero(t, a.count("reload-2"), "reached the replica while its prompt ran")
 	close(hold)
 	assert.Equal(t, 200, <-first)
@@ -310,13 +276,7 @@ func TestSlotHoldReleasedByBrokenStream(t *testing.T) {
 	hold := make(chan struct{})
 	a.setHold(hold)
 	b.setHold(hold)
-	r := startRouter(t, fmt.Sprintf(`
-	llm_route
-	reverse_proxy %s %s {
-		lb_policy llm {
-			slot_hold 20s
-		}
-	}`, a.addr, b.addr))
+	r := startRouter(t, slotHoldSite("slot_hold 20s", a, b))
 	sys := "a prompt whose first stream breaks " + strings.Repeat("b", 400)
 	type streamed struct {
 		status int
@@ -335,10 +295,7 @@ func TestSlotHoldReleasedByBrokenStream(t *testing.T) {
 	first := send("broken-1", "cut")
 	waitFor(t, "the first request at a replica", func() bool { return seen("broken-1") == 1 })
 	second := send("broken-2", "")
-	waitFor(t, "the second request held", func() bool {
-		st := r.state()
-		return len(st.Policies) == 1 && st.Policies[0].SlotHold != nil && st.Policies[0].SlotHold.Waiting == 1
-	})
+	waitHeld(t, r, 1)
 	assert.Zero(t, seen("broken-2"))
 	close(hold) // the first streams three chunks, then its connection is cut
 	got := <-first
@@ -362,21 +319,9 @@ func TestSlotHoldClientLeaves(t *testing.T) {
 	a := newFake(t)
 	hold := make(chan struct{})
 	a.setHold(hold)
-	r := startRouter(t, fmt.Sprintf(`
-	llm_route
-	reverse_proxy %s {
-		lb_policy llm {
-			slot_hold 20s
-		}
-	}`, a.addr))
+	r := startRouter(t, slotHoldSite("slot_hold 20s", a))
 	sys := "a prompt whose waiter leaves " + strings.Repeat("l", 400)
-	first := make(chan int, 1)
-	go func() {
-		resp := post(t, r.url("/v1/chat/completions"), "", "leave-1", "", chatBody(sys, "q1", false))
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		first <- resp.StatusCode
-	}()
+	first := postAsync(t, r, "leave-1", sys)
 	waitFor(t, "the first request at the replica", func() bool { return a.count("leave-1") == 1 })
 	ctx, cancel := context.WithCancel(context.Background())
 	left := make(chan error, 1)
@@ -390,13 +335,10 @@ func TestSlotHoldClientLeaves(t *testing.T) {
 		}
 		left <- err
 	}()
-	waitFor(t, "the second request held", func() bool {
-		st := r.state()
-		return len(st.Policies) == 1 && st.Policies[0].SlotHold != nil && st.Policies[0].SlotHold.Waiting == 1
-	})
+	waitHeld(t, r, 1)
 	cancel()
 	require.Error(t, <-left)
-	waitFor(t, "the waiter gone", func() bool { return r.state().Policies[0].SlotHold.Waiting == 0 })
+	waitHeld(t, r, 0)
 	close(hold)
 	assert.Equal(t, 200, <-first)
 	assert.Zero(t, a.count("leave-2"), "a request whose client left reached the replica")
@@ -417,6 +359,43 @@ func freshSlotTracker(t *testing.T) {
 	t.Cleanup(func() { slotTracker = old })
 }
 
+// slotHoldSite is llm_route in front of reverse_proxy to the fakes with
+// lb_policy llm { opts }.
+func slotHoldSite(opts string, fakes ...*fake) string {
+	addrs := make([]string, len(fakes))
+	for i, f := range fakes {
+		addrs[i] = f.addr
+	}
+	return fmt.Sprintf("\n\tllm_route\n\treverse_proxy %s {\n\t\tlb_policy llm {\n\t\t\t%s\n\t\t}\n\t}", strings.Join(addrs, " "), opts)
+}
+
+// postAsync posts a chat request (id, system prompt sys) through r in
+// the background and sends its status once its answer is read.
+func postAsync(t *testing.T, r *router, id, sys string) chan int {
+	ch := make(chan int, 1)
+	go func() {
+		resp := post(t, r.url("/v1/chat/completions"), "", id, "", chatBody(sys, "q "+id, false))
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		ch <- resp.StatusCode
+	}()
+	return ch
+}
+
+// waitHeld waits until the live policy (the last listed) has slot_hold
+// with n requests waiting.
+func waitHeld(t *testing.T, r *router, n int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d requests held", n), func() bool {
+		st := r.state()
+		if len(st.Policies) == 0 {
+			return false
+		}
+		sh := st.Policies[len(st.Policies)-1].SlotHold
+		return sh != nil && sh.Waiting == n
+	})
+}
+
 // TestSlotHoldBurst proves the hold under a burst of one prompt: 60
 // concurrent requests of it (each answer streamed over ~0.6 s) with a
 // 50 ms slot_hold wait, are handed places or time out and go beside,
@@ -425,14 +404,7 @@ func freshSlotTracker(t *testing.T) {
 func TestSlotHoldBurst(t *testing.T) {
 	freshSlotTracker(t)
 	a, b := newFake(t), newFake(t)
-	r := startRouter(t, fmt.Sprintf(`
-	llm_route
-	reverse_proxy %s %s {
-		lb_policy llm {
-			max_in_flight 64
-			slot_hold 50ms
-		}
-	}`, a.addr, b.addr))
+	r := startRouter(t, slotHoldSite("max_in_flight 64\n\t\t\tslot_hold 50ms", a, b))
 	sys := "one prompt, many requests at once " + strings.Repeat("m", 400)
 	const n = 60
 	var wg sync.WaitGroup
