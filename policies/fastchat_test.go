@@ -111,18 +111,49 @@ var fastChatBodies = []string{
 	`{"model":"m","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"UklG","format":"wav"}},{"type":"file","file":{"file_id":"f1"}},{"type":"video_url","video_url":{"url":"https://x/v.mp4"}},{"type":"refusal","refusal":"no"},{"type":"text","text":null}]},{"role":"assistant","content":"","tool_calls":[]},{"role":"tool","tool_call_id":null,"content":[]}]}`,
 }
 
-func TestFastChatMatchesGeneral(t *testing.T) {
-	cfg := ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64}
-	for _, b := range fastChatBodies {
+// checkFixedBodies runs both (a parseBoth) under cfg and the default
+// config on the bodies a fast path is meant for, each of which must be
+// JSON and accepted, and on odd bodies it may decline, where it must still
+// agree when it accepts.
+func checkFixedBodies(t *testing.T, both func(*testing.T, []byte, ParseConfig) bool, cfg ParseConfig, meant, odd []string) {
+	t.Helper()
+	for _, b := range meant {
+		if !json.Valid([]byte(b)) {
+			t.Fatalf("not JSON: %s", b)
+		}
 		for _, c := range []ParseConfig{cfg, {}} {
-			if !parseBoth(t, []byte(b), c) {
+			if !both(t, []byte(b), c) {
 				t.Errorf("fast path declined a body it is meant for (cfg %+v): %q", c, b)
 			}
 		}
 	}
+	for _, b := range odd {
+		both(t, []byte(b), cfg)
+		both(t, []byte(b), ParseConfig{})
+	}
+}
+
+// literalPieces are what randLiteral strings together: text, escapes of
+// every kind and JSON's own punctuation.
+var literalPieces = []string{"a", " ", "\\n", "\\\"", "\\u00e9", "é", "x y", "{", "}", "[", "]", ",", ":", "\\\\", "\\t"}
+
+// randLiteral returns a JSON string literal (quotes included) of fewer
+// than max pieces drawn from pieces.
+func randLiteral(r *rand.Rand, pieces []string, max int) string {
+	var c strings.Builder
+	c.WriteByte('"')
+	for range r.IntN(max) {
+		c.WriteString(pieces[r.IntN(len(pieces))])
+	}
+	c.WriteByte('"')
+	return c.String()
+}
+
+func TestFastChatMatchesGeneral(t *testing.T) {
+	cfg := ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64}
 	// Bodies it may decline (odd shapes, duplicates, case-folded keys,
 	// invalid JSON); where it accepts one it must still agree.
-	bodies := []string{
+	checkFixedBodies(t, parseBoth, cfg, fastChatBodies, []string{
 		`{"model":"m","stream":1,"stream_options":{"include_usage":true,"include_usage":false},"messages":[{"role":"user","content":"x"}]}`,
 		`{"Model":"m","messages":[{"role":"user","content":"q"}]}`,
 		`{"model":"m","messages":[{"Role":"user","content":"q"}]}`,
@@ -156,16 +187,12 @@ func TestFastChatMatchesGeneral(t *testing.T) {
 		`{"model":"m","messages":[{"role":"user","content":{"a":1}}]}`,
 		`{"model":"m","messages":[{"role":"user","name":7,"content":"q"}]}`,
 		`{"model":"m","messages":[{"role":"tool","tool_call_id":"a","tool_call_id":"b","content":"q"}]}`,
-	}
-	for _, b := range bodies {
-		parseBoth(t, []byte(b), cfg)
-		parseBoth(t, []byte(b), ParseConfig{})
-	}
+	})
 	// Random well-formed bodies, every one of which the fast path must
 	// accept, and truncations and single-byte mutations of them, some of
 	// which it accepts.
 	r := rand.New(rand.NewPCG(3, 4))
-	alpha := []string{"a", " ", "\\n", "\\\"", "\\u00e9", "é", "x y", "{", "}", "[", "]", ",", ":", "\\\\"}
+	pieces := literalPieces[:len(literalPieces)-1] // no \t: the bodies this test has always drawn
 	const iters = 300
 	var whole int
 	var d damaged
@@ -178,19 +205,16 @@ func TestFastChatMatchesGeneral(t *testing.T) {
 				sb.WriteString(",")
 			}
 			role := []string{"system", "user", "assistant", "developer"}[r.IntN(4)]
-			var c strings.Builder
-			for range r.IntN(40) {
-				c.WriteString(alpha[r.IntN(len(alpha))])
-			}
+			c := randLiteral(r, pieces, 40)
 			switch r.IntN(4) {
 			case 0:
-				fmt.Fprintf(&sb, `{"role":%q,"content":[{"type":"text","text":"%s"},{"type":"image_url","image_url":{"url":"u%d"}}]}`, role, c.String(), i)
+				fmt.Fprintf(&sb, `{"role":%q,"content":[{"type":"text","text":%s},{"type":"image_url","image_url":{"url":"u%d"}}]}`, role, c, i)
 			case 1:
-				fmt.Fprintf(&sb, `{"role":"assistant","content":null,"tool_calls":[{"id":"c%d","type":"function","function":{"name":"f","arguments":"%s"}}]}`, i, c.String())
+				fmt.Fprintf(&sb, `{"role":"assistant","content":null,"tool_calls":[{"id":"c%d","type":"function","function":{"name":"f","arguments":%s}}]}`, i, c)
 			case 2:
-				fmt.Fprintf(&sb, `{"role":"tool","tool_call_id":"c%d","content":"%s"}`, i, c.String())
+				fmt.Fprintf(&sb, `{"role":"tool","tool_call_id":"c%d","content":%s}`, i, c)
 			default:
-				fmt.Fprintf(&sb, `{"role":%q,"content":"%s"}`, role, c.String())
+				fmt.Fprintf(&sb, `{"role":%q,"content":%s}`, role, c)
 			}
 		}
 		sb.WriteString(`],"temperature":0.7}`)

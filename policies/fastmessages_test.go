@@ -37,19 +37,7 @@ var fastMessagesBodies = []string{
 
 func TestFastMessagesMatchesGeneral(t *testing.T) {
 	cfg := ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64}
-	for _, b := range fastMessagesBodies {
-		if !json.Valid([]byte(b)) {
-			t.Fatalf("not JSON: %s", b)
-		}
-		for _, c := range []ParseConfig{cfg, {}} {
-			if !parseBothMessages(t, []byte(b), c) {
-				t.Errorf("fast path declined a body it is meant for (cfg %+v): %q", c, b)
-			}
-		}
-	}
-	// Bodies it may decline (odd shapes, duplicates, case-folded keys,
-	// invalid JSON); where it accepts one it must still agree.
-	bodies := []string{
+	checkFixedBodies(t, parseBothMessages, cfg, fastMessagesBodies, []string{
 		`{"Model":"m","messages":[{"role":"user","content":"q"}]}`,
 		`{"model":"m","messages":[{"Role":"user","content":"q"}]}`,
 		`{"model":"m","messages":[{"role":"user","content":[{"Type":"text","text":"q"}]}]}`,
@@ -77,23 +65,12 @@ func TestFastMessagesMatchesGeneral(t *testing.T) {
 		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"caf\xc3\xa9 \xff\"}]}",
 		`{"model":"m","messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":[{"type":"tool_result","content":[{"type":"tool_result","content":[{"type":"tool_result","content":[{"type":"tool_result","content":[{"type":"tool_result","content":[{"type":"tool_result","content":[{"type":"tool_result","content":[{"type":"tool_result","content":"deep"}]}]}]}]}]}]}]}]}]}]}`,
 		`{"model":"m","stream":1,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"x"}]}`,
-	}
-	for _, b := range bodies {
-		parseBothMessages(t, []byte(b), cfg)
-		parseBothMessages(t, []byte(b), ParseConfig{})
-	}
+	})
 	// Random agent-shaped bodies, every one of which the fast path must
 	// accept, and truncations and single-byte mutations of them, some of
 	// which it accepts.
 	r := rand.New(rand.NewPCG(5, 6))
-	alpha := []string{"a", " ", "\\n", "\\\"", "\\u00e9", "é", "x y", "{", "}", "[", "]", ",", ":", "\\\\", "\\t"}
-	str := func() string {
-		var c strings.Builder
-		for range r.IntN(20) {
-			c.WriteString(alpha[r.IntN(len(alpha))])
-		}
-		return `"` + c.String() + `"`
-	}
+	str := func() string { return randLiteral(r, literalPieces, 20) }
 	blockOf := func(depth int) string {
 		switch r.IntN(6) {
 		case 0:

@@ -33,18 +33,7 @@ var fastResponsesBodies = []string{
 
 func TestFastResponsesMatchesGeneral(t *testing.T) {
 	cfg := ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64}
-	for _, b := range fastResponsesBodies {
-		if !json.Valid([]byte(b)) {
-			t.Fatalf("not JSON: %s", b)
-		}
-		for _, c := range []ParseConfig{cfg, {}} {
-			if !parseBothResponses(t, []byte(b), c) {
-				t.Errorf("fast path declined a body it is meant for (cfg %+v): %q", c, b)
-			}
-		}
-	}
-	// Bodies it may decline; where it accepts one it must still agree.
-	bodies := []string{
+	checkFixedBodies(t, parseBothResponses, cfg, fastResponsesBodies, []string{
 		`{"model":"m","input":null}`,
 		`{"model":"m","input":5}`,
 		`{"model":"m","input":{"role":"user"}}`,
@@ -65,22 +54,11 @@ func TestFastResponsesMatchesGeneral(t *testing.T) {
 		`{"model":"m","input":"q"} x`,
 		`{"model":"m","input":[{"role":"user","content":"q"},]}`,
 		"{\"model\":\"m\",\"input\":\"a\x01b\"}",
-	}
-	for _, b := range bodies {
-		parseBothResponses(t, []byte(b), cfg)
-		parseBothResponses(t, []byte(b), ParseConfig{})
-	}
+	})
 	// Random agent-shaped bodies (all must be accepted), and truncations
 	// and single-byte mutations of them.
 	r := rand.New(rand.NewPCG(7, 8))
-	alpha := []string{"a", " ", "\\n", "\\\"", "\\u00e9", "é", "x y", "{", "}", "[", "]", ",", ":", "\\\\", "\\t"}
-	str := func() string {
-		var c strings.Builder
-		for range r.IntN(20) {
-			c.WriteString(alpha[r.IntN(len(alpha))])
-		}
-		return `"` + c.String() + `"`
-	}
+	str := func() string { return randLiteral(r, literalPieces, 20) }
 	const iters = 300
 	var whole int
 	var d damaged
