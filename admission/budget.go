@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/llmroute/caddy-llmroute/internal/stats"
 	"github.com/llmroute/caddy-llmroute/policies"
 )
 
@@ -146,30 +147,23 @@ const estimateGain = 1.0 / 8
 // reserve their prompt only) and follows an exponentially weighted mean of
 // the settled difference.
 type Estimate struct {
-	excess  float64
-	samples int
+	excess stats.EWMA
 }
 
 // Tokens is the estimate for a request whose prompt has promptBytes (never
 // below zero).
 func (e *Estimate) Tokens(promptBytes int) float64 {
-	return math.Max(PromptTokens(promptBytes)+e.excess, 0)
+	return math.Max(PromptTokens(promptBytes)+e.excess.Value(), 0)
 }
 
 // Excess returns the learned tokens beyond the prompt estimate (negative
 // when the prompt estimate runs high).
-func (e *Estimate) Excess() float64 { return e.excess }
+func (e *Estimate) Excess() float64 { return e.excess.Value() }
 
 // Observe learns from a request whose prompt had promptBytes and which
 // used used tokens as the engine reported them.
 func (e *Estimate) Observe(promptBytes int, used float64) {
-	d := used - PromptTokens(promptBytes)
-	if e.samples == 0 {
-		e.excess = d
-	} else {
-		e.excess += (d - e.excess) * estimateGain
-	}
-	e.samples++
+	e.excess.Add(used-PromptTokens(promptBytes), estimateGain)
 }
 
 // SheddableAllowed reports whether a sheddable request may take one more

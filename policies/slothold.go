@@ -1,6 +1,10 @@
 package policies
 
-import "time"
+import (
+	"time"
+
+	"github.com/llmroute/caddy-llmroute/internal/stats"
+)
 
 // SlotEstimate is what a slot engine's recent requests took, from which
 // HoldWait decides whether a request of a running prompt should wait for
@@ -9,33 +13,28 @@ import "time"
 // prompt byte of mostly uncached prompts (moving averages, the newest
 // sample weighted 1/5). Not safe for concurrent use.
 type SlotEstimate struct {
-	span, prefill   float64 // seconds, seconds per byte
-	spanN, prefillN int
+	span, prefill stats.EWMA // seconds, seconds per byte
 }
+
+// slotGain is the weight of the newest sample in SlotEstimate's averages.
+const slotGain = 1.0 / 5
 
 // Observe adds a finished request: how long it held its slot, its time to
 // first byte and how many of its prompt's bytes were uncached (0:
 // unknown, or mostly cached, which says nothing of a miss's cost).
 func (e *SlotEstimate) Observe(span, ttft time.Duration, uncachedBytes int) {
 	if span > 0 {
-		e.span, e.spanN = ewmaAdd(e.span, span.Seconds(), e.spanN), e.spanN+1
+		e.span.Add(span.Seconds(), slotGain)
 	}
 	if ttft > 0 && uncachedBytes > 0 {
-		e.prefill, e.prefillN = ewmaAdd(e.prefill, ttft.Seconds()/float64(uncachedBytes), e.prefillN), e.prefillN+1
+		e.prefill.Add(ttft.Seconds()/float64(uncachedBytes), slotGain)
 	}
-}
-
-func ewmaAdd(v, x float64, n int) float64 {
-	if n == 0 {
-		return x
-	}
-	return v + (x-v)/5
 }
 
 // Span and PrefillPerByte return the estimates, 0 until observed.
-func (e *SlotEstimate) Span() time.Duration { return seconds(e.span) }
+func (e *SlotEstimate) Span() time.Duration { return seconds(e.span.Value()) }
 
-func (e *SlotEstimate) PrefillPerByte() time.Duration { return seconds(e.prefill) }
+func (e *SlotEstimate) PrefillPerByte() time.Duration { return seconds(e.prefill.Value()) }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
@@ -47,12 +46,12 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 // most that prefill, and never past limit. Until both estimates are
 // learned (or without a prompt size) it waits up to limit, as configured.
 func (e *SlotEstimate) HoldWait(ran time.Duration, running, waiting, promptBytes int, limit time.Duration) (time.Duration, bool) {
-	if e.spanN == 0 || e.prefillN == 0 || promptBytes <= 0 {
+	if e.span.N() == 0 || e.prefill.N() == 0 || promptBytes <= 0 {
 		return limit, true
 	}
 	span := e.Span()
 	expect := max(span-ran, 0) + time.Duration(waiting)*span/time.Duration(max(running, 1))
-	own := seconds(e.prefill * float64(promptBytes))
+	own := seconds(e.prefill.Value() * float64(promptBytes))
 	if expect >= own {
 		return 0, false
 	}
