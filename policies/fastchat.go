@@ -95,16 +95,12 @@ func (s *fscan) keyAt(names []string) (string, int, bool) {
 	}
 	s.i += len(k) + 2
 	ks := unsafe.String(unsafe.SliceData(k), len(k))
-	for i, n := range names {
-		if len(n) != len(ks) {
-			continue // ASCII: no fold changes a length
-		}
-		if ks == n {
-			return n, i, true
-		}
-		if strings.EqualFold(ks, n) {
-			return "", -1, false
-		}
+	i, ok := jsonscan.MatchName(ks, names)
+	if !ok {
+		return "", -1, false
+	}
+	if i >= 0 {
+		return names[i], i, true
 	}
 	s.ws()
 	return ks, -1, true

@@ -106,16 +106,9 @@ func (s *Scanner) Object(names []string, field func(i int) bool) bool {
 	}
 	var seen uint64
 	for {
-		k, ok := s.Key(names...)
+		_, i, ok := s.key(names)
 		if !ok {
 			return false
-		}
-		i := -1
-		for j, n := range names {
-			if k == n {
-				i = j
-				break
-			}
 		}
 		switch {
 		case i < 0:
@@ -175,30 +168,47 @@ func (s *Scanner) End() bool {
 // false) escaped or non-ASCII keys and keys that equal one of names but
 // for case, which encoding/json would match to that field.
 func (s *Scanner) Key(names ...string) (string, bool) {
+	k, i, ok := s.key(names)
+	if i >= 0 {
+		return names[i], ok
+	}
+	return k, ok
+}
+
+// key is Key that also returns the index in names of the name the key
+// equals (-1 for none).
+func (s *Scanner) key(names []string) (string, int, bool) {
 	s.WS()
 	k, ok := PlainKey(s.b, s.i)
 	if !ok {
-		return "", false
+		return "", -1, false
 	}
 	s.i += len(k) + 2
 	ks := unsafe.String(unsafe.SliceData(k), len(k))
-	for _, n := range names {
-		if len(n) != len(ks) {
-			continue // ASCII: no fold changes a length
-		}
-		if ks == n {
-			ks = n
-			break
-		}
-		if strings.EqualFold(ks, n) {
-			return "", false
-		}
-	}
-	if s.Peek() != ':' {
-		return "", false
+	i, ok := MatchName(ks, names)
+	if !ok || s.Peek() != ':' {
+		return "", -1, false
 	}
 	s.i++
-	return ks, true
+	return ks, i, true
+}
+
+// MatchName returns the index of the name of names that key (ASCII, as
+// PlainKey reads keys) equals, -1 for none, or ok false when it equals one
+// of them but for case, which encoding/json would match to that field.
+func MatchName(key string, names []string) (i int, ok bool) {
+	for i, n := range names {
+		if len(n) != len(key) {
+			continue // ASCII: no fold changes a length
+		}
+		if key == n {
+			return i, true
+		}
+		if strings.EqualFold(key, n) {
+			return -1, false
+		}
+	}
+	return -1, true
 }
 
 // PlainKey reads the string literal at b[i] as an object key the fast
