@@ -206,11 +206,10 @@ func TestSlotHoldThroughCaddy(t *testing.T) {
 	a.setHold(hold)
 	r := startRouter(t, slotHoldSite("slot_hold 20s", a))
 	sys := "the group's system prompt " + strings.Repeat("s", 400)
-	send := func(id, sys string) chan int { return postAsync(t, r, id, sys) }
-	first := send("hold-1", sys)
+	first := postAsync(t, r, "hold-1", sys)
 	waitFor(t, "the first request at the replica", func() bool { return a.count("hold-1") == 1 })
-	second := send("hold-2", sys)
-	other := send("hold-other", "another prompt altogether "+strings.Repeat("o", 400))
+	second := postAsync(t, r, "hold-2", sys)
+	other := postAsync(t, r, "hold-other", "another prompt altogether "+strings.Repeat("o", 400))
 	waitFor(t, "the other prompt at the replica", func() bool { return a.count("hold-other") == 1 })
 	time.Sleep(50 * time.Millisecond) // time for the held one to go, were it not held
 	assert.Zero(t, a.count("hold-2"), "reached the replica while its prompt ran")
@@ -249,11 +248,10 @@ func TestSlotHoldSurvivesReload(t *testing.T) {
 	}
 	r := startRouter(t, site(4))
 	sys := "a prompt running across a reload " + strings.Repeat("r", 400)
-	send := func(id string) chan int { return postAsync(t, r, id, sys) }
-	first := send("reload-1")
+	first := postAsync(t, r, "reload-1", sys)
 	waitFor(t, "the first request at the replica", func() bool { return a.count("reload-1") == 1 })
 	r.load(site(8))
-	second := send("reload-2")
+	second := postAsync(t, r, "reload-2", sys)
 	waitHeld(t, r, 1)
 	assert.Zero(t, a.count("reload-2"), "reached the replica while its prompt ran")
 	close(hold)
