@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
+	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 func init() {
@@ -56,18 +57,28 @@ func snapshotPolicies() []stateapi.Policy {
 	defer livePolicies.Unlock()
 	out := make([]stateapi.Policy, 0, len(livePolicies.list))
 	for _, p := range livePolicies.list {
-		out = append(out, stateapi.Policy{
-			Strategy: p.strategy.Name(), MaxInFlight: p.MaxInFlight, QueueSize: p.QueueSize,
-			QueueTimeout: time.Duration(p.QueueTimeout), Queued: p.queued.Load(),
-			BalanceFactor: p.opts.BalanceFactor, ColdBalanceFactor: p.opts.ColdBalanceFactor,
-			LoadSlack: p.opts.LoadSlack, ColdChoices: p.opts.ColdChoices,
-			SlowStart: time.Duration(p.SlowStart), CooldownBase: time.Duration(p.CooldownBase),
-			CooldownMax:      time.Duration(p.CooldownMax),
-			DialTimeoutFails: p.DialTimeoutFails, StatusFails: p.StatusFails, EngineMetrics: p.EngineMetrics != nil,
-			SheddableShare: p.SheddableShare, SlotHold: p.holds.status(time.Duration(p.SlotHold)),
-		})
+		out = append(out, p.status())
 	}
 	return out
+}
+
+// status is the policy's entry in /llm_route/state.
+func (p *LLMSelection) status() stateapi.Policy {
+	peers := ""
+	if ps, ok := p.strategy.(policies.PeerSensor); ok {
+		peers = map[bool]string{false: "none", true: "some"}[ps.Peers()]
+	}
+	return stateapi.Policy{
+		Strategy: p.strategy.Name(), MaxInFlight: p.MaxInFlight, QueueSize: p.QueueSize,
+		QueueTimeout: time.Duration(p.QueueTimeout), Queued: p.queued.Load(),
+		BalanceFactor: p.opts.BalanceFactor, ColdBalanceFactor: p.opts.ColdBalanceFactor,
+		LoadSlack: p.opts.LoadSlack, ColdChoices: p.opts.ColdChoices,
+		SlowStart: time.Duration(p.SlowStart), CooldownBase: time.Duration(p.CooldownBase),
+		CooldownMax:      time.Duration(p.CooldownMax),
+		DialTimeoutFails: p.DialTimeoutFails, StatusFails: p.StatusFails, EngineMetrics: p.EngineMetrics != nil,
+		SheddableShare: p.SheddableShare, SlotHold: p.holds.status(time.Duration(p.SlotHold)),
+		Peers: peers,
+	}
 }
 
 // snapshotReplicas returns every known replica's status, sorted by address.

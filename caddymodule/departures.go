@@ -50,6 +50,11 @@ func (p *LLMSelection) checkDepartures(pool reverseproxy.UpstreamPool) {
 		}
 	}
 	p.poolLast = now
+	if p.poolSig.Load() == 0 && p.inherit(sig) {
+		// Before the first Pick of this set (Inherit's contract): others
+		// wait on poolMu or on poolSig's store below.
+		p.logger.Debug("took over what the previous configuration's strategy learned")
+	}
 	p.poolSig.Store(sig)
 	p.rememberPool(pool)
 	p.succeed(sig)

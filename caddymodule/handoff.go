@@ -3,6 +3,8 @@ package caddymodule
 import (
 	"sync"
 	"time"
+
+	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 // The reload hand-off. A config change through the admin API provisions a
@@ -24,6 +26,12 @@ import (
 //     has routed for that set (recorded in checkDepartures); until the new
 //     config has routed anything, the only live policy stands in, and with
 //     several live policies the request waits under its own.
+//
+//  4. What the strategy learned while routing (prefix_load's homes, its
+//     provisional placements, whether it has peers: policies.Successor)
+//     passes to the first policy that routes the same upstream set next:
+//     the old policy's while it is still live (successors), else the one
+//     a reload retired for that set up to stateGracePeriod ago (legacies).
 //
 // goLive and retire bracket a policy's life; each wakes the queue so that
 // waiters look again under the policy now in charge.
@@ -51,10 +59,35 @@ func goLive(p *LLMSelection) {
 	waiters.wakeAll()
 }
 
+// legacies holds, per upstream-set signature, the strategy of the last
+// policy retired while routing that set, for stateGracePeriod.
+var legacies struct {
+	sync.Mutex
+	m map[uint64]policies.Strategy
+}
+
 // retire takes a policy a reload replaced out of the live ones and of the
-// successors, so that requests queued under it move on.
+// successors, so that requests queued under it move on, and leaves its
+// strategy to the next policy that routes its upstream set.
 func retire(p *LLMSelection) {
 	p.retired.Store(true)
+	if sig := p.poolSig.Load(); sig != 0 {
+		if _, ok := p.strategy.(policies.Successor); ok {
+			legacies.Lock()
+			if legacies.m == nil {
+				legacies.m = map[uint64]policies.Strategy{}
+			}
+			legacies.m[sig] = p.strategy
+			legacies.Unlock()
+			time.AfterFunc(stateGracePeriod, func() {
+				legacies.Lock()
+				if legacies.m[sig] == p.strategy {
+					delete(legacies.m, sig)
+				}
+				legacies.Unlock()
+			})
+		}
+	}
 	livePolicies.Lock()
 	for i, q := range livePolicies.list {
 		if q == p {
@@ -98,4 +131,25 @@ func (p *LLMSelection) succeed(sig uint64) {
 	if old, loaded := successors.Swap(sig, p); loaded && old != p {
 		waiters.wakeAll()
 	}
+}
+
+// inherit gives p's strategy, before it routes the upstream set with
+// signature sig for the first time, what the strategy of the set's last
+// policy learned: the live one's (successors), else a retired one's
+// (legacies). It reports whether there was something to take.
+func (p *LLMSelection) inherit(sig uint64) bool {
+	s, ok := p.strategy.(policies.Successor)
+	if !ok {
+		return false
+	}
+	var prev policies.Strategy
+	if v, ok := successors.Load(sig); ok && v.(*LLMSelection) != p {
+		prev = v.(*LLMSelection).strategy
+	} else {
+		legacies.Lock()
+		prev = legacies.m[sig]
+		delete(legacies.m, sig)
+		legacies.Unlock()
+	}
+	return prev != nil && s.Inherit(prev)
 }

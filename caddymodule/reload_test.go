@@ -15,6 +15,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 // jsonConfig is the README's JSON example: the policy tagged @id so the
@@ -268,4 +270,58 @@ func TestJoiningReplicaNoStampede(t *testing.T) {
 	close(hold)
 	wg.Wait()
 	r.requireDrained(old.addr, fresh.addr)
+}
+
+// TestStrategyMemorySurvivesReload proves that what prefix_load learned
+// (here, that it is the engines' only client) passes to the policy that
+// next routes the same upstream set: from a predecessor still live, from
+// one a reload retired, and to no policy of another set.
+func TestStrategyMemorySurvivesReload(t *testing.T) {
+	pool := reverseproxy.UpstreamPool{{Dial: "127.0.0.1:11"}, {Dial: "127.0.0.1:12"}}
+	otherPool := reverseproxy.UpstreamPool{{Dial: "127.0.0.1:11"}, {Dial: "127.0.0.1:13"}}
+	var made []*LLMSelection
+	t.Cleanup(func() {
+		for _, p := range made {
+			retire(p)
+		}
+		legacies.Lock()
+		clear(legacies.m)
+		legacies.Unlock()
+	})
+	newPolicy := func(strategy string, pool reverseproxy.UpstreamPool) *LLMSelection {
+		p := &LLMSelection{Strategy: strategy, Peers: "auto"}
+		require.NoError(t, p.setup())
+		p.checkDepartures(pool)
+		made = append(made, p)
+		return p
+	}
+	peers := func(p *LLMSelection) bool { return p.strategy.(policies.PeerSensor).Peers() }
+
+	old := newPolicy("prefix_load", pool)
+	require.True(t, peers(old), "a fresh policy assumes peers")
+	view := []policies.Replica{
+		{Addr: pool[0].Dial, Cap: 8, InFlight: 2, EngineRunning: 2, EngineWaiting: 0, KVUsage: -1},
+		{Addr: pool[1].Dial, Cap: 8, InFlight: 2, EngineRunning: 2, EngineWaiting: 0, KVUsage: -1},
+	}
+	for i := 0; i < 200 && peers(old); i++ {
+		old.strategy.Pick(policies.Keys{}, view)
+	}
+	require.False(t, peers(old), "the engines run what it sent: alone")
+
+	live := newPolicy("prefix_load", pool) // a reload, the old policy not cleaned up yet
+	assert.False(t, peers(live), "taken from the live predecessor")
+	assert.True(t, peers(newPolicy("prefix_load", otherPool)), "another upstream set learns for itself")
+
+	retire(old)
+	retire(live)
+	after := newPolicy("prefix_load", pool) // first routes after the old ones' cleanup
+	assert.False(t, peers(after), "taken from the retired predecessor")
+	rr := newPolicy("round_robin", pool) // nothing to take, nothing taken
+	assert.Equal(t, "none", after.status().Peers, "/llm_route/state shows what prefix_load believes")
+	assert.Equal(t, "some", made[2].status().Peers)
+	assert.Empty(t, rr.status().Peers, "nothing for other strategies")
+	legacies.Lock()
+	_, left := legacies.m[after.poolSig.Load()]
+	legacies.Unlock()
+	assert.False(t, left, "a retired strategy is taken once")
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -180,4 +181,66 @@ func TestBlockSizeSizesIndex(t *testing.T) {
 			assert.Equal(t, want, r.replica(addr).Feedback.MaxIndex)
 		})
 	}
+}
+
+// TestPeerSenseSurvivesReloadThroughCaddy proves, through Caddy and two
+// simulated engines whose metrics it scrapes, that a lone router learns it
+// is the engines' only client (it assumes peers when it starts) and that a
+// reload of the same upstreams keeps that: the new configuration's first
+// request already routes as a lone router.
+func TestPeerSenseSurvivesReloadThroughCaddy(t *testing.T) {
+	_, a1 := startSim(t, "sim-1")
+	_, a2 := startSim(t, "sim-2")
+	site := func(maxInFlight int) string {
+		return fmt.Sprintf(`
+	llm_route
+	reverse_proxy %s %s {
+		lb_policy llm prefix_load {
+			max_in_flight %d
+			engine_metrics {
+				interval 20ms
+				timeout 500ms
+			}
+		}
+	}`, a1, a2, maxInFlight)
+	}
+	r := startRouter(t, site(32))
+	peers := func() string {
+		st := r.state()
+		require.Len(t, st.Policies, 1)
+		return st.Policies[0].Peers
+	}
+	require.Equal(t, "some", peers(), "a fresh router assumes peers")
+	sys := strings.Repeat("You answer in short sentences. ", 20)
+	sent := 0
+	deadline := time.Now().Add(20 * time.Second)
+	for peers() == "some" && sent < 2000 && time.Now().Before(deadline) {
+		var wg sync.WaitGroup
+		for j := range 6 { // several in flight at once: evidence each time
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := http.Post(r.url("/v1/chat/completions"), "application/json",
+					strings.NewReader(chatBody(sys, fmt.Sprintf("question %d-%d", sent, j), false)))
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}()
+		}
+		wg.Wait()
+		sent += 6
+	}
+	require.Equal(t, "none", peers(), "alone after %d requests", sent)
+
+	r.load(site(16))
+	resp := post(t, r.url("/v1/chat/completions"), "", "", "", chatBody(sys, "after the reload", false))
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode)
+	st := r.state()
+	require.Len(t, st.Policies, 1)
+	assert.Equal(t, 16, st.Policies[0].MaxInFlight, "the new configuration")
+	assert.Equal(t, "none", st.Policies[0].Peers, "what it learned survived the reload")
+	r.requireDrained(a1, a2)
 }

@@ -387,3 +387,63 @@ func TestPrefixLoadLoneGatewayLearnsAlone(t *testing.T) {
 	rs[home].PendingPrefill = 0
 	assert.Equal(t, first, s.Pick(keys, rs), "alone: it stays where it went")
 }
+
+// TestPrefixLoadInherit proves that a successor takes over what its
+// predecessor learned: that it is alone (a fresh strategy assumes peers),
+// and where it placed a new prefix by load (a fresh one, alone, places it
+// by load again; with peers, at its rendezvous home). A successor that
+// shares a directory keeps the directory's homes; other strategies inherit
+// nothing.
+func TestPrefixLoadInherit(t *testing.T) {
+	old := mustStrategy(t, "prefix_load", Options{})
+	rs := replicas(4)
+	for i := range rs {
+		rs[i].InFlight, rs[i].EngineRunning, rs[i].EngineWaiting = 2, 2, 0
+	}
+	views := 0
+	for ; views < 200 && old.(PeerSensor).Peers(); views++ {
+		old.Pick(Keys{}, rs)
+	}
+	require.False(t, old.(PeerSensor).Peers(), "the predecessor learned it is alone (%d views)", views)
+
+	// A new prefix placed by load: away from its rendezvous home.
+	keys := Keys{Leading: 4242, Blocks: []uint64{21, 22}, LeadingBlocks: 1, Bytes: 1000, BlockBytes: 128}
+	rank := ranked(keys.Leading, rs)
+	for i := range rs {
+		rs[i].PendingPrefill = 5000
+	}
+	rs[rank[2]].PendingPrefill = 0
+	require.Equal(t, rank[2], old.Pick(keys, rs), "by load")
+	for i := range rs {
+		rs[i].PendingPrefill = 0
+	}
+	rs[rank[1]].PendingPrefill = 100 // the load now points elsewhere: rank 0
+	require.Equal(t, rank[2], old.Pick(keys, rs), "it came back: its home")
+
+	fresh := mustStrategy(t, "prefix_load", Options{})
+	assert.True(t, fresh.(PeerSensor).Peers(), "a fresh strategy assumes peers")
+	assert.Equal(t, rank[0], fresh.Pick(keys, rs), "a fresh strategy knows no home")
+
+	heir := mustStrategy(t, "prefix_load", Options{ColdSlack: 2}) // other options: still inherits
+	require.True(t, heir.(Successor).Inherit(old))
+	assert.False(t, heir.(PeerSensor).Peers(), "the successor knows it is alone")
+	assert.Equal(t, rank[2], heir.Pick(keys, rs), "the successor knows the prefix's home")
+
+	// With a shared directory, homes are the directory's, not the
+	// predecessor's own table.
+	d := NewHomeTable(4)
+	shared := mustStrategy(t, "prefix_load", Options{Directory: d})
+	require.True(t, shared.(Successor).Inherit(old))
+	assert.False(t, shared.(PeerSensor).Peers(), "the peer sense is inherited with a directory too")
+	got := shared.Pick(keys, rs)
+	assert.NotEqual(t, rank[2], got, "not the predecessor's own home")
+	home, ok := d.Home(HomeKey(keys))
+	assert.True(t, ok && home == rs[got].Addr, "placed as new, claimed in the directory")
+
+	for _, name := range []string{"round_robin", "least_load", "prefix_affinity"} {
+		_, ok := mustStrategy(t, name, Options{}).(Successor)
+		assert.False(t, ok, "%s learns nothing to inherit", name)
+	}
+	assert.False(t, heir.(Successor).Inherit(mustStrategy(t, "least_load", Options{})), "nothing from another strategy")
+	assert.False(t, heir.(Successor).Inherit(heir), "nothing from itself")
+}

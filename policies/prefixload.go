@@ -3,6 +3,7 @@ package policies
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 )
 
 // prefixLoad is llmroute's default strategy: cache affinity under a load
@@ -129,10 +130,21 @@ type prefixLoad struct {
 	opts  Options
 	least leastLoad
 	match MatchFunc // nil: the replica's Index
-	// homes is Options.Directory, or the router's own table.
-	homes Directory
-	// shared is true when homes is a Directory the operator configured.
+	// shared is true when homes are Options.Directory, which the operator
+	// configured; else they are the router's own (memory.own).
 	shared bool
+	// mem is what the strategy has learned; a successor takes it over
+	// (Inherit).
+	mem atomic.Pointer[memory]
+}
+
+// memory is what prefix_load learns while it routes. It outlives the
+// strategy when a reload's new configuration of the same replicas takes it
+// over (Inherit): the engines' caches and the other routers are still
+// there, so a reload forgets none of it.
+type memory struct {
+	// own is the router's own table of homes (unused with a Directory).
+	own *HomeTable
 	// provisional holds, with peers and no Directory, the new prefixes
 	// this router placed by load away from their rendezvous home: their
 	// next request that matches only the leading run goes home, where the
@@ -140,7 +152,7 @@ type prefixLoad struct {
 	provisional *HomeTable
 	sense       *peerSense
 	// sent orders the replicas by this router's last choice of them.
-	sent dispatchOrder
+	sent *dispatchOrder
 }
 
 // MatchFunc answers how many of keys' blocks are resident on replicas[i]
@@ -151,12 +163,41 @@ type prefixLoad struct {
 type MatchFunc func(keys Keys, i int, r *Replica) int
 
 func newPrefixLoad(o Options, match MatchFunc) *prefixLoad {
-	s := &prefixLoad{opts: o, least: leastLoad{seed: o.Seed}, match: match, homes: o.Directory, shared: o.Directory != nil,
-		provisional: NewHomeTable(12), sense: newPeerSense()}
-	if s.homes == nil {
-		s.homes = NewHomeTable(0)
+	s := &prefixLoad{opts: o, least: leastLoad{seed: o.Seed}, match: match, shared: o.Directory != nil}
+	m := &memory{provisional: NewHomeTable(12), sense: newPeerSense(), sent: &dispatchOrder{}}
+	if !s.shared {
+		m.own = NewHomeTable(0)
 	}
+	s.mem.Store(m)
 	return s
+}
+
+// Inherit implements Successor: it takes over what prev learned when prev is prefix_load too: the
+// peer sense, the provisional placements, the dispatch order and, unless
+// this one shares a Directory, the homes (when prev kept its own). It
+// reports whether it took anything. The options may differ: what was
+// learned is about the replicas and the other routers, not the settings.
+func (s *prefixLoad) Inherit(prev Strategy) bool {
+	p, ok := prev.(*prefixLoad)
+	if !ok || p == s {
+		return false
+	}
+	pm, m := p.mem.Load(), *s.mem.Load()
+	m.provisional, m.sense, m.sent = pm.provisional, pm.sense, pm.sent
+	if !s.shared && pm.own != nil {
+		m.own = pm.own
+	}
+	s.mem.Store(&m)
+	return true
+}
+
+// homes returns where this router records homes: the shared Directory, or
+// its own table.
+func (s *prefixLoad) homes(m *memory) Directory {
+	if s.shared {
+		return s.opts.Directory
+	}
+	return m.own
 }
 
 // NewPrefixLoadWithMatch returns prefix_load with its residency answer
@@ -172,8 +213,9 @@ func NewPrefixLoadWithMatch(opts Options, match MatchFunc) (Strategy, error) {
 // Name returns "prefix_load".
 func (*prefixLoad) Name() string { return "prefix_load" }
 
-// Peers reports whether the strategy currently treats the replicas as
-// shared with other clients (Options.Peers, or what it inferred).
+// Peers implements PeerSensor: whether the strategy currently treats the
+// replicas as shared with other clients (Options.Peers, or what it
+// inferred).
 func (s *prefixLoad) Peers() bool {
 	switch s.opts.Peers {
 	case PeersNone:
@@ -181,7 +223,7 @@ func (s *prefixLoad) Peers() bool {
 	case PeersSome:
 		return true
 	}
-	return s.sense.peers.Load()
+	return s.mem.Load().sense.peers.Load()
 }
 
 // HomeKey is the key a prefix's home is ranked by: the leading key when
@@ -200,14 +242,15 @@ func HomeKey(keys Keys) uint64 {
 func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
 	i := s.pick(keys, replicas)
 	if i >= 0 {
-		s.sent.mark(replicas[i].Addr)
+		s.mem.Load().sent.mark(replicas[i].Addr)
 	}
 	return i
 }
 
 func (s *prefixLoad) pick(keys Keys, replicas []Replica) int {
+	mem := s.mem.Load()
 	if s.opts.Peers == PeersAuto {
-		s.sense.observe(replicas)
+		mem.sense.observe(replicas)
 	}
 	// Pass 1: totals over Free replicas and the least load among them.
 	n, total, minLoad := 0, 0, 0
@@ -324,7 +367,8 @@ func (s *prefixLoad) pick(keys Keys, replicas []Replica) int {
 	peers := s.Peers()
 	trusted := s.shared || !peers // homes this router may follow
 	known, at := "", -1
-	if addr, ok := s.homes.Home(hk); ok {
+	homes := s.homes(mem)
+	if addr, ok := homes.Home(hk); ok {
 		known = addr
 		if trusted {
 			at = s.find(replicas, addr)
@@ -344,7 +388,7 @@ func (s *prefixLoad) pick(keys Keys, replicas []Replica) int {
 			// Only the leading run matches, away from the rendezvous home:
 			// if that is where this router put the prefix by load, its
 			// second request settles it home, with the other routers.
-			if addr, ok := s.provisional.Home(hk); ok && addr == replicas[best].Addr {
+			if addr, ok := mem.provisional.Home(hk); ok && addr == replicas[best].Addr {
 				return detour(home, homeMatch)
 			}
 		}
@@ -368,13 +412,13 @@ func (s *prefixLoad) pick(keys Keys, replicas []Replica) int {
 	h := &replicas[coldHome]
 	nearHome := h.PendingPrefill <= replicas[coolest].PendingPrefill+slack &&
 		h.EngineWaiting <= 0 && h.KVUsage < kvFull
-	choice := s.settled(replicas, hk, coolest, slack, bound, minLoad)
+	choice := s.settled(mem.sent, replicas, hk, coolest, slack, bound, minLoad)
 	if peers && !s.shared && nearHome {
 		choice = coldHome
 	}
-	won, ok := s.homes.Claim(hk, replicas[choice].Addr)
+	won, ok := homes.Claim(hk, replicas[choice].Addr)
 	if peers && !s.shared && choice != coldHome {
-		s.provisional.Learn(hk, replicas[choice].Addr)
+		mem.provisional.Learn(hk, replicas[choice].Addr)
 	}
 	switch {
 	case !ok:
@@ -449,15 +493,15 @@ func (s *prefixLoad) cooler(r *Replica, sc uint64, c *Replica, csc uint64, legac
 // least recently: its pending prompts have had the longest to be
 // prefilled, which the bytes alone do not say.
 // Ties go to the cooler one (see cooler).
-func (s *prefixLoad) settled(replicas []Replica, hk uint64, coolest, slack, bound, minLoad int) int {
+func (s *prefixLoad) settled(sent *dispatchOrder, replicas []Replica, hk uint64, coolest, slack, bound, minLoad int) int {
 	limit := replicas[coolest].PendingPrefill + slack
-	best, bestAt, bestScore := coolest, s.sent.last(replicas[coolest].Addr), Rendezvous(hk, replicas[coolest].Addr)
+	best, bestAt, bestScore := coolest, sent.last(replicas[coolest].Addr), Rendezvous(hk, replicas[coolest].Addr)
 	for i := range replicas {
 		r := &replicas[i]
 		if i == coolest || !r.Free() || !s.within(r, bound, minLoad) || r.PendingPrefill > limit {
 			continue
 		}
-		at, sc := s.sent.last(r.Addr), Rendezvous(hk, r.Addr)
+		at, sc := sent.last(r.Addr), Rendezvous(hk, r.Addr)
 		if at < bestAt || (at == bestAt && s.cooler(r, sc, &replicas[best], bestScore, false)) {
 			best, bestAt, bestScore = i, at, sc
 		}
@@ -488,3 +532,9 @@ func (d *dispatchOrder) mark(addr string) {
 	d.at[addr] = d.n
 	d.mu.Unlock()
 }
+
+// Interface guards
+var (
+	_ Successor  = (*prefixLoad)(nil)
+	_ PeerSensor = (*prefixLoad)(nil)
+)

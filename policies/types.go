@@ -143,3 +143,17 @@ type Strategy interface {
 	// always Free, or -1 when no replica is Free. keys may be empty.
 	Pick(keys Keys, replicas []Replica) int
 }
+
+// Successor is a Strategy that can take over what another learned while
+// routing the same replicas (a reload's new configuration replacing the
+// old one's). Inherit reports whether it took anything from prev, which may
+// be any Strategy; it is called before the successor's first Pick.
+type Successor interface {
+	Inherit(prev Strategy) bool
+}
+
+// PeerSensor is a Strategy that tells whether it treats the replicas as
+// shared with other routers (configured, or inferred from the engines).
+type PeerSensor interface {
+	Peers() bool
+}

@@ -147,6 +147,11 @@ type Policy struct {
 	// SlotHold is the slot_hold setting and what it has learned; absent
 	// when off.
 	SlotHold *SlotHold `json:"slot_hold,omitempty"`
+	// Peers is, for prefix_load, whether it treats the replicas as shared
+	// with other routers now: "some" or "none" (the peers setting, or
+	// what it has inferred from the engines' metrics, kept across
+	// reloads); absent for the other strategies.
+	Peers string `json:"peers,omitempty"`
 }
 
 // SlotHold is a policy's slot_hold: its bound, the estimates its decision
