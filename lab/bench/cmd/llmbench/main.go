@@ -573,6 +573,7 @@ func measureWorkload(env *benchEnv, o options, order []*target, w workload) []ce
 		ok, errs              int
 		firstErr              string
 		ttfb                  []time.Duration
+		slices                []float64 // CPU microseconds per request, per slice
 	}
 	accs := make([]acc, k)
 	slice := o.dur / time.Duration(o.slices)
@@ -592,6 +593,9 @@ func measureWorkload(env *benchEnv, o options, order []*target, w workload) []ce
 				a.allocBytes += float64(m1.TotalAlloc - m0.TotalAlloc)
 			}
 			a.cpu += c1.proxy - c0.proxy
+			if t.pid() > 0 && tp.ok > 0 {
+				a.slices = append(a.slices, (c1.proxy-c0.proxy)/float64(tp.ok)*1e6)
+			}
 			a.ours += (c1.proxy - c0.proxy) + (c1.self - c0.self) + (c1.upstream - c0.upstream)
 			a.busy += c1.busy - c0.busy
 			a.wall += tp.wall.Seconds()
@@ -638,6 +642,7 @@ func measureWorkload(env *benchEnv, o options, order []*target, w workload) []ce
 			cr.AllocKiBPerReq = a.allocBytes / float64(a.ok) / 1024
 		}
 		if t.pid() > 0 && a.ok > 0 {
+			cr.SliceCPUUs = a.slices
 			cr.CPUPer1k = a.cpu / float64(a.ok) * 1000
 			cr.ProxyCPUShare = a.cpu / a.wall
 		}

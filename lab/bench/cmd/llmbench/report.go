@@ -36,7 +36,15 @@ type sizeVerdict struct {
 	WorstTarget string    `json:"worst_target"`
 	WorstMode   string    `json:"worst_mode"`
 	WorstRange  []float64 `json:"worst_ratio_round_range"`
-	Met         bool      `json:"met"`
+	// WorstPairs is the worst cell's slice pairs: their median and the
+	// 95% interval of it (cell.CPUPairCI).
+	WorstPairs      int       `json:"worst_slice_pairs,omitempty"`
+	WorstPairMedian *float64  `json:"worst_slice_pairs_median,omitempty"`
+	WorstPairCI     []float64 `json:"worst_slice_pairs_ci95,omitempty"`
+	Met             bool      `json:"met"`
+	// Conclusive is set when the worst cell's interval lies wholly on
+	// the side of the bound that Met says (absent without slice pairs).
+	Conclusive *bool `json:"conclusive,omitempty"`
 	// Ratios are every llm target's, by "target/mode".
 	Ratios map[string]float64 `json:"ratios"`
 }
@@ -72,6 +80,11 @@ type cellRound struct {
 	// noise does not move, beside the CPU that it does.
 	AllocsPerReq   float64 `json:"allocs_per_req,omitempty"`
 	AllocKiBPerReq float64 `json:"alloc_kib_per_req,omitempty"`
+
+	// SliceCPUUs is the proxy's CPU microseconds per request in each
+	// throughput slice, in slice order: slice s of every target ran in
+	// the same pass, seconds apart (the pairs of CPUPairCI).
+	SliceCPUUs []float64 `json:"slice_cpu_us_per_req,omitempty"`
 }
 
 // cell is one target on one workload, medians over rounds.
@@ -115,6 +128,13 @@ type cell struct {
 	P99AddedCI []float64 `json:"ttfb_p99_added_ms_vs_caddy_ci95,omitempty"`
 	// Median over rounds of the per-round p99 difference.
 	P99AddedRoundMedian *float64 `json:"ttfb_p99_added_ms_vs_caddy_round_median,omitempty"`
+	// The CPU ratio's interval: each throughput slice's CPU per request
+	// over stock Caddy's slice of the same pass (seconds apart), every
+	// round's pairs together; their median and the 95% bootstrap
+	// interval of that median (pairs resampled, 1,000 times).
+	CPUPairs      int       `json:"cpu_ratio_slice_pairs,omitempty"`
+	CPUPairMedian *float64  `json:"cpu_ratio_slice_pairs_median,omitempty"`
+	CPUPairCI     []float64 `json:"cpu_ratio_slice_pairs_ci95,omitempty"`
 
 	// Noise: (max - min) / median over rounds.
 	RPSSpread float64 `json:"rps_spread"`
@@ -364,6 +384,11 @@ func (r *report) finish() {
 		if len(cpu) > 0 {
 			c.CPURatio = ptr(stats.Median(cpu))
 		}
+		if pairs := slicePairs(c, base); len(pairs) > 0 && c.Target != "direct" {
+			c.CPUPairs = len(pairs)
+			c.CPUPairMedian = ptr(stats.Median(pairs))
+			c.CPUPairCI = bootstrapMedian(pairs, 1000)
+		}
 		if base.AllocsPerReq > 0 && c.AllocsPerReq > 0 {
 			c.AllocsRatio = ptr(c.AllocsPerReq / base.AllocsPerReq)
 		}
@@ -531,9 +556,51 @@ func (r *report) cpuBySize() []sizeVerdict {
 			v.WorstRange = []float64{lo, hi}
 		}
 		v.Met = v.Worst <= bound
+		if ci := worst.CPUPairCI; len(ci) == 2 {
+			v.WorstPairs, v.WorstPairMedian, v.WorstPairCI = worst.CPUPairs, worst.CPUPairMedian, ci
+			v.Conclusive = ptr((v.Met && ci[1] <= bound) || (!v.Met && ci[0] > bound))
+		}
 		out = append(out, v)
 	}
 	return out
+}
+
+// slicePairs returns c's CPU per request over base's, slice by slice of
+// the same round (the slices of one pass ran seconds apart).
+func slicePairs(c, base *cell) []float64 {
+	var out []float64
+	for _, cr := range c.Rounds {
+		for _, b := range base.Rounds {
+			if b.Round != cr.Round {
+				continue
+			}
+			for s := range min(len(cr.SliceCPUUs), len(b.SliceCPUUs)) {
+				if b.SliceCPUUs[s] > 0 {
+					out = append(out, cr.SliceCPUUs[s]/b.SliceCPUUs[s])
+				}
+			}
+		}
+	}
+	return out
+}
+
+// bootstrapMedian returns the 2.5th and 97.5th percentiles of the median
+// of xs over n resamplings with replacement.
+func bootstrapMedian(xs []float64, n int) []float64 {
+	if len(xs) == 0 {
+		return nil
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	rs := make([]float64, len(xs))
+	meds := make([]float64, n)
+	for i := range n {
+		for j := range rs {
+			rs[j] = xs[r.IntN(len(xs))]
+		}
+		meds[i] = stats.Median(rs)
+	}
+	sort.Float64s(meds)
+	return []float64{stats.Percentile(meds, 0.025), stats.Percentile(meds, 0.975)}
 }
 
 func pooledOf(c *cell) []float64 {
@@ -694,8 +761,20 @@ func (r *report) markdown(w io.Writer) {
 		if len(v.WorstRange) == 2 {
 			rng = fmt.Sprintf(", rounds %.2f-%.2f×", v.WorstRange[0], v.WorstRange[1])
 		}
-		fmt.Fprintf(w, "- CPU per request at %d KiB ≤ %.2f× for every strategy, json and sse (issue #20): worst %.2f× (%s %s%s) → %s\n",
-			v.PromptBytes>>10, v.Max, v.Worst, v.WorstTarget, v.WorstMode, rng, yesNo(&v.Met))
+		pairs, sure := "", ""
+		if len(v.WorstPairCI) == 2 && v.WorstPairMedian != nil {
+			pairs = fmt.Sprintf("; its %d slice pairs: median %.2f×, 95%% CI %.2f-%.2f×", v.WorstPairs, *v.WorstPairMedian, v.WorstPairCI[0], v.WorstPairCI[1])
+			switch {
+			case *v.Conclusive:
+				sure = " (the whole interval is on that side of the target)"
+			case v.Met:
+				sure = " on the point estimate only: the interval reaches past the target"
+			default:
+				sure = " on the point estimate only: the interval reaches below the target, so this machine's noise cannot confirm it"
+			}
+		}
+		fmt.Fprintf(w, "- CPU per request at %d KiB ≤ %.2f× for every strategy, json and sse (issue #20): worst %.2f× (%s %s%s%s) → %s%s\n",
+			v.PromptBytes>>10, v.Max, v.Worst, v.WorstTarget, v.WorstMode, rng, pairs, yesNo(&v.Met), sure)
 	}
 	fmt.Fprintf(w, "- median TTFB added ≤ %.2f ms at 4 KiB (issue #20): json %s, sse %s → %s\n", t.P50AddedMaxMs,
 		fmtMap(r.P50AddedBy, "json", 3, " ms"), fmtMap(r.P50AddedBy, "sse", 3, " ms"), yesNo(t.P50Met))
