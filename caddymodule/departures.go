@@ -50,7 +50,7 @@ func (p *LLMSelection) checkDepartures(pool reverseproxy.UpstreamPool) {
 		}
 	}
 	p.poolLast = now
-	if p.poolSig.Load() == 0 && p.inherit(sig) {
+	if p.poolSig.Load() == 0 && p.inherit(sig, now) {
 		// Before the first Pick of this set (Inherit's contract): others
 		// wait on poolMu or on poolSig's store below.
 		p.logger.Debug("took over what the previous configuration's strategy learned")

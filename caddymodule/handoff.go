@@ -31,7 +31,9 @@ import (
 //     provisional placements, whether it has peers: policies.Successor)
 //     passes to the first policy that routes the same upstream set next:
 //     the old policy's while it is still live (successors), else the one
-//     a reload retired for that set up to stateGracePeriod ago (legacies).
+//     a reload retired for that set up to stateGracePeriod ago (legacies),
+//     else (the reload changed the set) the policy whose set shares the
+//     most replicas with the new one.
 //
 // goLive and retire bracket a policy's life; each wakes the queue so that
 // waiters look again under the policy now in charge.
@@ -60,10 +62,16 @@ func goLive(p *LLMSelection) {
 }
 
 // legacies holds, per upstream-set signature, the strategy of the last
-// policy retired while routing that set, for stateGracePeriod.
+// policy retired while routing that set and the set's addresses, for
+// stateGracePeriod.
 var legacies struct {
 	sync.Mutex
-	m map[uint64]policies.Strategy
+	m map[uint64]legacy
+}
+
+type legacy struct {
+	strategy policies.Strategy
+	addrs    map[string]struct{}
 }
 
 // retire takes a policy a reload replaced out of the live ones and of the
@@ -71,17 +79,20 @@ var legacies struct {
 // strategy to the next policy that routes its upstream set.
 func retire(p *LLMSelection) {
 	p.retired.Store(true)
-	if sig := p.poolSig.Load(); sig != 0 {
-		if _, ok := p.strategy.(policies.Successor); ok {
+	if _, ok := p.strategy.(policies.Successor); ok {
+		p.poolMu.Lock()
+		sig, addrs := p.poolSig.Load(), p.poolLast // replaced, never changed in place
+		p.poolMu.Unlock()
+		if sig != 0 {
 			legacies.Lock()
 			if legacies.m == nil {
-				legacies.m = map[uint64]policies.Strategy{}
+				legacies.m = map[uint64]legacy{}
 			}
-			legacies.m[sig] = p.strategy
+			legacies.m[sig] = legacy{strategy: p.strategy, addrs: addrs}
 			legacies.Unlock()
 			time.AfterFunc(stateGracePeriod, func() {
 				legacies.Lock()
-				if legacies.m[sig] == p.strategy {
+				if legacies.m[sig].strategy == p.strategy {
 					delete(legacies.m, sig)
 				}
 				legacies.Unlock()
@@ -134,22 +145,84 @@ func (p *LLMSelection) succeed(sig uint64) {
 }
 
 // inherit gives p's strategy, before it routes the upstream set with
-// signature sig for the first time, what the strategy of the set's last
-// policy learned: the live one's (successors), else a retired one's
-// (legacies). It reports whether there was something to take.
-func (p *LLMSelection) inherit(sig uint64) bool {
+// signature sig and addresses addrs for the first time, what the strategy
+// of the set's last policy learned: the live one's (successors), else a
+// retired one's (legacies); failing both (the reload changed the set), the
+// one whose set shares the most replicas with addrs, live or retired. It
+// reports whether there was something to take. A retired strategy is
+// taken once.
+func (p *LLMSelection) inherit(sig uint64, addrs map[string]struct{}) bool {
 	s, ok := p.strategy.(policies.Successor)
 	if !ok {
 		return false
 	}
-	var prev policies.Strategy
 	if v, ok := successors.Load(sig); ok && v.(*LLMSelection) != p {
-		prev = v.(*LLMSelection).strategy
-	} else {
-		legacies.Lock()
-		prev = legacies.m[sig]
+		return s.Inherit(v.(*LLMSelection).strategy)
+	}
+	var prev policies.Strategy
+	legacies.Lock()
+	if l, ok := legacies.m[sig]; ok {
+		prev = l.strategy
 		delete(legacies.m, sig)
-		legacies.Unlock()
+	}
+	legacies.Unlock()
+	if prev == nil {
+		prev = nearestPolicy(p, addrs)
 	}
 	return prev != nil && s.Inherit(prev)
+}
+
+// nearestPolicy returns the strategy of the live policy other than p, or
+// else of the retired one (taking it), whose last upstream set shares the
+// most replicas with addrs; nil when none shares any.
+func nearestPolicy(p *LLMSelection, addrs map[string]struct{}) policies.Strategy {
+	var best policies.Strategy
+	most := 0
+	livePolicies.Lock()
+	live := append([]*LLMSelection(nil), livePolicies.list...)
+	livePolicies.Unlock()
+	for _, q := range live {
+		if q == p || q.poolSig.Load() == 0 {
+			// (One that has not routed yet may be in its own first route,
+			// holding its poolMu and waiting for p's.)
+			continue
+		}
+		// q is past its first route: it never waits for another policy's
+		// poolMu, so waiting for q's here cannot deadlock.
+		q.poolMu.Lock()
+		n := overlap(q.poolLast, addrs)
+		q.poolMu.Unlock()
+		if n > most {
+			best, most = q.strategy, n
+		}
+	}
+	if best != nil {
+		return best
+	}
+	legacies.Lock()
+	defer legacies.Unlock()
+	var at uint64
+	for sig, l := range legacies.m {
+		if n := overlap(l.addrs, addrs); n > most {
+			best, most, at = l.strategy, n, sig
+		}
+	}
+	if best != nil {
+		delete(legacies.m, at)
+	}
+	return best
+}
+
+// overlap counts the addresses a and b share.
+func overlap(a, b map[string]struct{}) int {
+	if len(a) > len(b) {
+		a, b = b, a
+	}
+	n := 0
+	for k := range a {
+		if _, ok := b[k]; ok {
+			n++
+		}
+	}
+	return n
 }

@@ -275,10 +275,18 @@ func TestJoiningReplicaNoStampede(t *testing.T) {
 // TestStrategyMemorySurvivesReload proves that what prefix_load learned
 // (here, that it is the engines' only client) passes to the policy that
 // next routes the same upstream set: from a predecessor still live, from
-// one a reload retired, and to no policy of another set.
+// one a reload retired; that a reload that changes the set passes it from
+// the predecessor sharing the most replicas; and that a policy of a
+// disjoint set learns for itself.
 func TestStrategyMemorySurvivesReload(t *testing.T) {
-	pool := reverseproxy.UpstreamPool{{Dial: "127.0.0.1:11"}, {Dial: "127.0.0.1:12"}}
-	otherPool := reverseproxy.UpstreamPool{{Dial: "127.0.0.1:11"}, {Dial: "127.0.0.1:13"}}
+	up := func(ports ...int) reverseproxy.UpstreamPool {
+		var pool reverseproxy.UpstreamPool
+		for _, port := range ports {
+			pool = append(pool, &reverseproxy.Upstream{Dial: fmt.Sprintf("127.0.0.1:%d", port)})
+		}
+		return pool
+	}
+	pool := up(11, 12)
 	var made []*LLMSelection
 	t.Cleanup(func() {
 		for _, p := range made {
@@ -291,11 +299,18 @@ func TestStrategyMemorySurvivesReload(t *testing.T) {
 	newPolicy := func(strategy string, pool reverseproxy.UpstreamPool) *LLMSelection {
 		p := &LLMSelection{Strategy: strategy, Peers: "auto"}
 		require.NoError(t, p.setup())
+		goLive(p)
 		p.checkDepartures(pool)
 		made = append(made, p)
 		return p
 	}
 	peers := func(p *LLMSelection) bool { return p.strategy.(policies.PeerSensor).Peers() }
+	legacyOf := func(p *LLMSelection) bool {
+		legacies.Lock()
+		defer legacies.Unlock()
+		_, ok := legacies.m[p.poolSig.Load()]
+		return ok
+	}
 
 	old := newPolicy("prefix_load", pool)
 	require.True(t, peers(old), "a fresh policy assumes peers")
@@ -310,18 +325,23 @@ func TestStrategyMemorySurvivesReload(t *testing.T) {
 
 	live := newPolicy("prefix_load", pool) // a reload, the old policy not cleaned up yet
 	assert.False(t, peers(live), "taken from the live predecessor")
-	assert.True(t, peers(newPolicy("prefix_load", otherPool)), "another upstream set learns for itself")
+	assert.True(t, peers(newPolicy("prefix_load", up(21, 22))), "a disjoint upstream set learns for itself")
 
 	retire(old)
 	retire(live)
 	after := newPolicy("prefix_load", pool) // first routes after the old ones' cleanup
 	assert.False(t, peers(after), "taken from the retired predecessor")
+	assert.False(t, legacyOf(live), "a retired strategy is taken once")
+
+	retire(after)
+	grown := newPolicy("prefix_load", up(11, 12, 13)) // the reload added a replica
+	assert.False(t, peers(grown), "taken from the retired policy sharing the most replicas")
+	assert.False(t, legacyOf(after), "taken once")
+	shrunk := newPolicy("prefix_load", up(12, 13)) // another config beside it, overlapping
+	assert.False(t, peers(shrunk), "taken from the live policy sharing replicas")
+
 	rr := newPolicy("round_robin", pool) // nothing to take, nothing taken
-	assert.Equal(t, "none", after.status().Peers, "/llm_route/state shows what prefix_load believes")
+	assert.Equal(t, "none", grown.status().Peers, "/llm_route/state shows what prefix_load believes")
 	assert.Equal(t, "some", made[2].status().Peers)
 	assert.Empty(t, rr.status().Peers, "nothing for other strategies")
-	legacies.Lock()
-	_, left := legacies.m[after.poolSig.Load()]
-	legacies.Unlock()
-	assert.False(t, left, "a retired strategy is taken once")
 }
