@@ -345,3 +345,42 @@ func TestStrategyMemorySurvivesReload(t *testing.T) {
 	assert.Equal(t, "some", made[2].status().Peers)
 	assert.Empty(t, rr.status().Peers, "nothing for other strategies")
 }
+
+// TestFirstRoutesAtOnce proves that two new policies whose upstream sets
+// overlap can make their first routes at the same moment: each looks for
+// a predecessor among the other live policies, and neither waits for the
+// other.
+func TestFirstRoutesAtOnce(t *testing.T) {
+	a := reverseproxy.UpstreamPool{{Dial: "127.0.0.1:31"}, {Dial: "127.0.0.1:32"}}
+	b := reverseproxy.UpstreamPool{{Dial: "127.0.0.1:32"}, {Dial: "127.0.0.1:33"}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 300 {
+			p, q := &LLMSelection{Strategy: "prefix_load"}, &LLMSelection{Strategy: "prefix_load"}
+			if p.setup() != nil || q.setup() != nil {
+				return
+			}
+			goLive(p)
+			goLive(q)
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() { defer wg.Done(); p.checkDepartures(a) }()
+			go func() { defer wg.Done(); q.checkDepartures(b) }()
+			wg.Wait()
+			retire(p)
+			retire(q)
+			legacies.Lock()
+			clear(legacies.m) // next time, no exact predecessor: each looks at the other
+			legacies.Unlock()
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("two first routes waited on each other")
+	}
+	legacies.Lock()
+	clear(legacies.m)
+	legacies.Unlock()
+}
