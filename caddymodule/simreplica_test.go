@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,8 +190,19 @@ func TestBlockSizeSizesIndex(t *testing.T) {
 // reload of the same upstreams keeps that: the new configuration's first
 // request already routes as a lone router.
 func TestPeerSenseSurvivesReloadThroughCaddy(t *testing.T) {
-	_, a1 := startSim(t, "sim-1")
-	_, a2 := startSim(t, "sim-2")
+	slowSim := func(name string) string {
+		cfg := simreplica.Config{Name: name, OutputTokens: 16, RestartDown: -1}
+		cfg.Engine = simengine.DefaultConfig()
+		cfg.Engine.Speed = 5 // requests long next to the 20 ms scrape interval
+		s, err := simreplica.New(cfg)
+		require.NoError(t, err)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		go func() { _ = s.Serve(ln) }()
+		t.Cleanup(func() { _ = s.Close() })
+		return ln.Addr().String()
+	}
+	a1, a2 := slowSim("sim-1"), slowSim("sim-2")
 	site := func(maxInFlight int) string {
 		return fmt.Sprintf(`
 	llm_route
@@ -212,26 +224,38 @@ func TestPeerSenseSurvivesReloadThroughCaddy(t *testing.T) {
 	}
 	require.Equal(t, "some", peers(), "a fresh router assumes peers")
 	sys := strings.Repeat("You answer in short sentences. ", 20)
-	sent := 0
-	deadline := time.Now().Add(20 * time.Second)
-	for peers() == "some" && sent < 2000 && time.Now().Before(deadline) {
-		var wg sync.WaitGroup
-		for j := range 6 { // several in flight at once: evidence each time
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+	// Six clients, each sending its next request when its last one ends:
+	// a steady load the engines' metrics can agree with.
+	var sent atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for j := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 1000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
 				resp, err := http.Post(r.url("/v1/chat/completions"), "application/json",
-					strings.NewReader(chatBody(sys, fmt.Sprintf("question %d-%d", sent, j), false)))
+					strings.NewReader(chatBody(sys, fmt.Sprintf("question %d-%d", j, i), false)))
 				if err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 				}
-			}()
-		}
-		wg.Wait()
-		sent += 6
+				sent.Add(1)
+			}
+		}()
 	}
-	require.Equal(t, "none", peers(), "alone after %d requests", sent)
+	deadline := time.Now().Add(15 * time.Second)
+	for peers() == "some" && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	require.Equal(t, "none", peers(), "alone after %d requests", sent.Load())
 
 	r.load(site(16))
 	resp := post(t, r.url("/v1/chat/completions"), "", "", "", chatBody(sys, "after the reload", false))
