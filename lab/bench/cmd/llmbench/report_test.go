@@ -2,6 +2,8 @@ package main
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -59,5 +61,31 @@ func TestCPUSlicePairs(t *testing.T) {
 	}
 	if n := len(slicePairs(c, &cell{Rounds: []cellRound{{Round: 9, SliceCPUUs: []float64{1}}}})); n != 0 {
 		t.Errorf("a round the baseline lacks paired %d slices", n)
+	}
+}
+
+// TestCopyFileIsACopy proves that a target's binary is its own file (not
+// a link sharing the original's pages) with the same bytes, executable.
+func TestCopyFileIsACopy(t *testing.T) {
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	want := []byte("\x7fELF not really, but bytes")
+	if err := os.WriteFile(src, want, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyFile(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(dst)
+	if err != nil || string(got) != string(want) {
+		t.Fatalf("copy holds %q (%v), want %q", got, err, want)
+	}
+	a, _ := os.Stat(src)
+	b, _ := os.Stat(dst)
+	if os.SameFile(a, b) {
+		t.Error("the copy is the same file")
+	}
+	if b.Mode().Perm()&0o100 == 0 {
+		t.Errorf("the copy is not executable: %v", b.Mode())
 	}
 }
