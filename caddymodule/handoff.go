@@ -79,7 +79,7 @@ type legacy struct {
 // strategy to the next policy that routes its upstream set.
 func retire(p *LLMSelection) {
 	p.retired.Store(true)
-	if _, ok := p.strategy.(policies.Successor); ok {
+	if learns(p.strategy) {
 		p.poolMu.Lock()
 		sig, addrs := p.poolSig.Load(), p.poolLast // replaced, never changed in place
 		p.poolMu.Unlock()
@@ -156,8 +156,10 @@ func (p *LLMSelection) inherit(sig uint64, addrs map[string]struct{}) bool {
 	if !ok {
 		return false
 	}
-	if v, ok := successors.Load(sig); ok && v.(*LLMSelection) != p {
-		return s.Inherit(v.(*LLMSelection).strategy)
+	if v, ok := successors.Load(sig); ok {
+		if q := v.(*LLMSelection); q != p && learns(q.strategy) {
+			return s.Inherit(q.strategy)
+		}
 	}
 	var prev policies.Strategy
 	legacies.Lock()
@@ -182,7 +184,7 @@ func nearestPolicy(p *LLMSelection, addrs map[string]struct{}) policies.Strategy
 	live := append([]*LLMSelection(nil), livePolicies.list...)
 	livePolicies.Unlock()
 	for _, q := range live {
-		if q == p || q.poolSig.Load() == 0 {
+		if q == p || !learns(q.strategy) || q.poolSig.Load() == 0 {
 			// (One that has not routed yet may be in its own first route,
 			// holding its poolMu and waiting for p's.)
 			continue
@@ -211,6 +213,12 @@ func nearestPolicy(p *LLMSelection, addrs map[string]struct{}) policies.Strategy
 		delete(legacies.m, at)
 	}
 	return best
+}
+
+// learns reports whether s learns something a successor can take over.
+func learns(s policies.Strategy) bool {
+	_, ok := s.(policies.Successor)
+	return ok
 }
 
 // overlap counts the addresses a and b share.

@@ -341,6 +341,11 @@ func TestStrategyMemorySurvivesReload(t *testing.T) {
 	assert.False(t, peers(shrunk), "taken from the live policy sharing replicas")
 
 	rr := newPolicy("round_robin", pool) // nothing to take, nothing taken
+	retire(grown)
+	retire(shrunk)
+	// The nearest live policy learns nothing (round robin): the retired
+	// prefix_load one still passes its memory on.
+	assert.False(t, peers(newPolicy("prefix_load", up(11, 13))), "a policy that learns nothing is passed over")
 	assert.Equal(t, "none", grown.status().Peers, "/llm_route/state shows what prefix_load believes")
 	assert.Equal(t, "some", made[2].status().Peers)
 	assert.Empty(t, rr.status().Peers, "nothing for other strategies")

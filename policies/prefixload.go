@@ -172,11 +172,11 @@ func newPrefixLoad(o Options, match MatchFunc) *prefixLoad {
 	return s
 }
 
-// Inherit implements Successor: it takes over what prev learned when prev is prefix_load too: the
-// peer sense, the provisional placements, the dispatch order and, unless
-// this one shares a Directory, the homes (when prev kept its own). It
-// reports whether it took anything. The options may differ: what was
-// learned is about the replicas and the other routers, not the settings.
+// Inherit implements Successor. When prev is prefix_load too, it takes
+// over prev's peer sense, provisional placements, dispatch order and,
+// unless this one shares a Directory, its homes (when prev kept its own),
+// and reports true. The options may differ: what was learned is about the
+// replicas and the other routers, not the settings.
 func (s *prefixLoad) Inherit(prev Strategy) bool {
 	p, ok := prev.(*prefixLoad)
 	if !ok || p == s {
