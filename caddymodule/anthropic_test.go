@@ -170,6 +170,28 @@ func postMessages(t *testing.T, url, key, ctype, body string) *http.Response {
 	return resp
 }
 
+// postMessagesAfterReload is postMessages for the first request after a
+// reload: a connection the old server accepted as it shut down fails
+// before any answer (EOF, or a reset while dialing), and the request is
+// sent again, up to 3 times, as clients do on connection errors. Only a
+// request that got no answer is sent again.
+func postMessagesAfterReload(t *testing.T, url, key, ctype, body string) *http.Response {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", ctype)
+		req.Header.Set("anthropic-version", "2023-06-01")
+		req.Header.Set("x-api-key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil || attempt == 2 {
+			require.NoError(t, err)
+			return resp
+		}
+		http.DefaultClient.CloseIdleConnections()
+	}
+}
+
 // anthropicErr decodes an Anthropic error body and returns its type.
 func anthropicErr(t *testing.T, resp *http.Response) string {
 	t.Helper()
@@ -263,7 +285,7 @@ func TestAnthropicClientThroughHandler(t *testing.T) {
 	reverse_proxy 127.0.0.1:%d {
 		lb_policy llm
 	}`, freePort(t)))
-	resp = postMessages(t, url, "sk-anthropic", "application/json", good)
+	resp = postMessagesAfterReload(t, url, "sk-anthropic", "application/json", good)
 	assert.Equal(t, http.StatusBadGateway, resp.StatusCode)
 	assert.Equal(t, "api_error", anthropicErr(t, resp))
 
@@ -279,7 +301,9 @@ func TestAnthropicClientThroughHandler(t *testing.T) {
 		}
 	}`, f.addr))
 	f.setFault("503")
-	resp = postMessages(t, url, "sk-anthropic", "application/json", good)
+	before = f.total.Load()
+	resp = postMessagesAfterReload(t, url, "sk-anthropic", "application/json", good)
+	assert.Equal(t, before+1, f.total.Load(), "one request, sent once, reached the replica")
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "the replica's own 503 is relayed")
