@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,10 +207,10 @@ func TestSlotHoldThroughCaddy(t *testing.T) {
 	a.setHold(hold)
 	r := startRouter(t, slotHoldSite("slot_hold 20s", a))
 	sys := "the group's system prompt " + strings.Repeat("s", 400)
-	first := postAsync(t, r, "hold-1", sys)
+	first := postAsync(t, r, a, "hold-1", sys)
 	waitFor(t, "the first request at the replica", func() bool { return a.count("hold-1") == 1 })
-	second := postAsync(t, r, "hold-2", sys)
-	other := postAsync(t, r, "hold-other", "another prompt altogether "+strings.Repeat("o", 400))
+	second := postAsync(t, r, a, "hold-2", sys)
+	other := postAsync(t, r, a, "hold-other", "another prompt altogether "+strings.Repeat("o", 400))
 	waitFor(t, "the other prompt at the replica", func() bool { return a.count("hold-other") == 1 })
 	time.Sleep(50 * time.Millisecond) // time for the held one to go, were it not held
 	assert.Zero(t, a.count("hold-2"), "reached the replica while its prompt ran")
@@ -248,10 +249,10 @@ func TestSlotHoldSurvivesReload(t *testing.T) {
 	}
 	r := startRouter(t, site(4))
 	sys := "a prompt running across a reload " + strings.Repeat("r", 400)
-	first := postAsync(t, r, "reload-1", sys)
+	first := postAsync(t, r, a, "reload-1", sys)
 	waitFor(t, "the first request at the replica", func() bool { return a.count("reload-1") == 1 })
 	r.load(site(8))
-	second := postAsync(t, r, "reload-2", sys)
+	second := postAsync(t, r, a, "reload-2", sys)
 	waitHeld(t, r, 1)
 	assert.Zero(t, a.count("reload-2"), "reached the replica while its prompt ran")
 	close(hold)
@@ -319,7 +320,7 @@ func TestSlotHoldClientLeaves(t *testing.T) {
 	a.setHold(hold)
 	r := startRouter(t, slotHoldSite("slot_hold 20s", a))
 	sys := "a prompt whose waiter leaves " + strings.Repeat("l", 400)
-	first := postAsync(t, r, "leave-1", sys)
+	first := postAsync(t, r, a, "leave-1", sys)
 	waitFor(t, "the first request at the replica", func() bool { return a.count("leave-1") == 1 })
 	ctx, cancel := context.WithCancel(context.Background())
 	left := make(chan error, 1)
@@ -369,10 +370,20 @@ func slotHoldSite(opts string, fakes ...*fake) string {
 
 // postAsync posts a chat request (id, system prompt sys) through r in
 // the background and sends its status once its answer is read.
-func postAsync(t *testing.T, r *router, id, sys string) chan int {
+func postAsync(t *testing.T, r *router, f *fake, id, sys string) chan int {
 	ch := make(chan int, 1)
 	go func() {
-		resp := post(t, r.url("/v1/chat/completions"), "", id, "", chatBody(sys, "q "+id, false))
+		// A connection error before any answer that f never saw is sent
+		// again (right after a reload, the old server may take and drop
+		// a new connection); the status is -1 when it cannot be sent.
+		var unread atomic.Int64
+		resp, err := postRetryUnread(r.url("/v1/chat/completions"), id, chatBody(sys, "q "+id, false),
+			func() int { return f.count(id) }, &unread)
+		if err != nil {
+			t.Errorf("request %s: %v", id, err)
+			ch <- -1
+			return
+		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		ch <- resp.StatusCode
