@@ -149,8 +149,10 @@ type Policy struct {
 	SlotHold *SlotHold `json:"slot_hold,omitempty"`
 	// Peers is, for prefix_load, whether it treats the replicas as shared
 	// with other routers now: "some" or "none" (the peers setting, or
-	// what it has inferred from the engines' metrics, kept across
-	// reloads); absent for the other strategies.
+	// what it has inferred from the engines' metrics). A reload's new
+	// policy takes over its predecessor's inference at its first route;
+	// until then it shows a fresh policy's "some". Absent for the other
+	// strategies.
 	Peers string `json:"peers,omitempty"`
 }
 
