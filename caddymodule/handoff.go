@@ -9,7 +9,7 @@ import (
 
 // The reload hand-off. A config change through the admin API provisions a
 // new LLMSelection and then cleans up the old one while requests routed by
-// the old one still stream, and others still wait in the queue. Three
+// the old one still stream, and others still wait in the queue. Four
 // things keep that seamless:
 //
 //  1. Replica state is package-level (replica.go), keyed by dial address:
@@ -26,7 +26,6 @@ import (
 //     has routed for that set (recorded in checkDepartures); until the new
 //     config has routed anything, the only live policy stands in, and with
 //     several live policies the request waits under its own.
-//
 //  4. What the strategy learned while routing (prefix_load's homes, its
 //     provisional placements, whether it has peers: policies.Successor)
 //     passes to the first policy that routes the same upstream set next:
