@@ -19,12 +19,20 @@ import (
 	"github.com/llmroute/caddy-llmroute/simreplica"
 )
 
-// startSim runs a simulated replica on a loopback port.
+// startSim runs a simulated replica on a loopback port: 4 output tokens,
+// an engine fifty times faster than the simulator's standard one.
 func startSim(t *testing.T, name string) (*simreplica.Server, string) {
 	t.Helper()
-	cfg := simreplica.Config{Name: name, OutputTokens: 4, RestartDown: -1}
+	return startSimWith(t, name, 4, 50)
+}
+
+// startSimWith is startSim with outputTokens per answer and the engine's
+// speed (simengine.Config.Speed).
+func startSimWith(t *testing.T, name string, outputTokens int, speed float64) (*simreplica.Server, string) {
+	t.Helper()
+	cfg := simreplica.Config{Name: name, OutputTokens: outputTokens, RestartDown: -1}
 	cfg.Engine = simengine.DefaultConfig()
-	cfg.Engine.Speed = 50
+	cfg.Engine.Speed = speed
 	s, err := simreplica.New(cfg)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -190,19 +198,9 @@ func TestBlockSizeSizesIndex(t *testing.T) {
 // reload of the same upstreams keeps that: the new configuration's first
 // request already routes as a lone router.
 func TestPeerSenseSurvivesReloadThroughCaddy(t *testing.T) {
-	slowSim := func(name string) string {
-		cfg := simreplica.Config{Name: name, OutputTokens: 16, RestartDown: -1}
-		cfg.Engine = simengine.DefaultConfig()
-		cfg.Engine.Speed = 5 // requests long next to the 20 ms scrape interval
-		s, err := simreplica.New(cfg)
-		require.NoError(t, err)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		go func() { _ = s.Serve(ln) }()
-		t.Cleanup(func() { _ = s.Close() })
-		return ln.Addr().String()
-	}
-	a1, a2 := slowSim("sim-1"), slowSim("sim-2")
+	// Requests long next to the 20 ms scrape interval.
+	_, a1 := startSimWith(t, "sim-1", 16, 5)
+	_, a2 := startSimWith(t, "sim-2", 16, 5)
 	site := func(maxInFlight int) string {
 		return fmt.Sprintf(`
 	llm_route

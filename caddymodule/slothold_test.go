@@ -207,8 +207,7 @@ func TestSlotHoldThroughCaddy(t *testing.T) {
 	a.setHold(hold)
 	r := startRouter(t, slotHoldSite("slot_hold 20s", a))
 	sys := "the group's system prompt " + strings.Repeat("s", 400)
-	first := postAsync(t, r, a, "hold-1", sys)
-	waitFor(t, "the first request at the replica", func() bool { return a.count("hold-1") == 1 })
+	first := postRunning(t, r, a, "hold-1", sys)
 	second := postAsync(t, r, a, "hold-2", sys)
 	other := postAsync(t, r, a, "hold-other", "another prompt altogether "+strings.Repeat("o", 400))
 	waitFor(t, "the other prompt at the replica", func() bool { return a.count("hold-other") == 1 })
@@ -249,8 +248,7 @@ func TestSlotHoldSurvivesReload(t *testing.T) {
 	}
 	r := startRouter(t, site(4))
 	sys := "a prompt running across a reload " + strings.Repeat("r", 400)
-	first := postAsync(t, r, a, "reload-1", sys)
-	waitFor(t, "the first request at the replica", func() bool { return a.count("reload-1") == 1 })
+	first := postRunning(t, r, a, "reload-1", sys)
 	r.load(site(8))
 	second := postAsync(t, r, a, "reload-2", sys)
 	waitHeld(t, r, 1)
@@ -320,8 +318,7 @@ func TestSlotHoldClientLeaves(t *testing.T) {
 	a.setHold(hold)
 	r := startRouter(t, slotHoldSite("slot_hold 20s", a))
 	sys := "a prompt whose waiter leaves " + strings.Repeat("l", 400)
-	first := postAsync(t, r, a, "leave-1", sys)
-	waitFor(t, "the first request at the replica", func() bool { return a.count("leave-1") == 1 })
+	first := postRunning(t, r, a, "leave-1", sys)
 	ctx, cancel := context.WithCancel(context.Background())
 	left := make(chan error, 1)
 	go func() {
@@ -388,6 +385,15 @@ func postAsync(t *testing.T, r *router, f *fake, id, sys string) chan int {
 		resp.Body.Close()
 		ch <- resp.StatusCode
 	}()
+	return ch
+}
+
+// postRunning is postAsync of a request that runs at once: it returns
+// once f has the request.
+func postRunning(t *testing.T, r *router, f *fake, id, sys string) chan int {
+	t.Helper()
+	ch := postAsync(t, r, f, id, sys)
+	waitFor(t, "the first request at the replica", func() bool { return f.count(id) == 1 })
 	return ch
 }
 
