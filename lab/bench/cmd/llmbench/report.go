@@ -544,14 +544,12 @@ func (r *report) cpuBySize() []sizeVerdict {
 		}
 		base := r.index[cellKey("caddy", size, worst.Stream)]
 		lo, hi := math.Inf(1), math.Inf(-1)
-		for _, cr := range worst.Rounds {
-			for _, b := range base.Rounds {
-				if b.Round == cr.Round && b.CPUPer1k > 0 {
-					x := cr.CPUPer1k / b.CPUPer1k
-					lo, hi = min(lo, x), max(hi, x)
-				}
+		sameRounds(worst, base, func(cr, b cellRound) {
+			if b.CPUPer1k > 0 {
+				x := cr.CPUPer1k / b.CPUPer1k
+				lo, hi = min(lo, x), max(hi, x)
 			}
-		}
+		})
 		if lo <= hi {
 			v.WorstRange = []float64{lo, hi}
 		}
@@ -569,19 +567,26 @@ func (r *report) cpuBySize() []sizeVerdict {
 // the same round (the slices of one pass ran seconds apart).
 func slicePairs(c, base *cell) []float64 {
 	var out []float64
+	sameRounds(c, base, func(cr, b cellRound) {
+		for s := range min(len(cr.SliceCPUUs), len(b.SliceCPUUs)) {
+			if b.SliceCPUUs[s] > 0 {
+				out = append(out, cr.SliceCPUUs[s]/b.SliceCPUUs[s])
+			}
+		}
+	})
+	return out
+}
+
+// sameRounds calls f with each round of c and base's round of the same
+// number.
+func sameRounds(c, base *cell, f func(cr, b cellRound)) {
 	for _, cr := range c.Rounds {
 		for _, b := range base.Rounds {
-			if b.Round != cr.Round {
-				continue
-			}
-			for s := range min(len(cr.SliceCPUUs), len(b.SliceCPUUs)) {
-				if b.SliceCPUUs[s] > 0 {
-					out = append(out, cr.SliceCPUUs[s]/b.SliceCPUUs[s])
-				}
+			if b.Round == cr.Round {
+				f(cr, b)
 			}
 		}
 	}
-	return out
 }
 
 // bootstrapMedian returns the 2.5th and 97.5th percentiles of the median
@@ -590,17 +595,30 @@ func bootstrapMedian(xs []float64, n int) []float64 {
 	if len(xs) == 0 {
 		return nil
 	}
-	r := rand.New(rand.NewPCG(3, 4))
 	rs := make([]float64, len(xs))
-	meds := make([]float64, n)
-	for i := range n {
-		for j := range rs {
-			rs[j] = xs[r.IntN(len(xs))]
-		}
-		meds[i] = stats.Median(rs)
+	return bootstrap(n, rand.NewPCG(3, 4), func(r *rand.Rand) float64 {
+		resample(r, rs, xs)
+		return stats.Median(rs)
+	})
+}
+
+// bootstrap returns the 2.5th and 97.5th percentiles of stat over n
+// resamplings drawn from src.
+func bootstrap(n int, src rand.Source, stat func(r *rand.Rand) float64) []float64 {
+	r := rand.New(src)
+	vals := make([]float64, n)
+	for i := range vals {
+		vals[i] = stat(r)
 	}
-	sort.Float64s(meds)
-	return []float64{stats.Percentile(meds, 0.025), stats.Percentile(meds, 0.975)}
+	sort.Float64s(vals)
+	return []float64{stats.Percentile(vals, 0.025), stats.Percentile(vals, 0.975)}
+}
+
+// resample fills dst with draws, with replacement, from xs.
+func resample(r *rand.Rand, dst, xs []float64) {
+	for j := range dst {
+		dst[j] = xs[r.IntN(len(xs))]
+	}
 }
 
 func pooledOf(c *cell) []float64 {
@@ -617,22 +635,14 @@ func bootstrapDiff(a, b []float64, q float64, n int) []float64 {
 	if len(a) == 0 || len(b) == 0 {
 		return nil
 	}
-	r := rand.New(rand.NewPCG(1, 2))
 	ra, rb := make([]float64, len(a)), make([]float64, len(b))
-	diffs := make([]float64, n)
-	for i := range n {
-		for j := range ra {
-			ra[j] = a[r.IntN(len(a))]
-		}
-		for j := range rb {
-			rb[j] = b[r.IntN(len(b))]
-		}
+	return bootstrap(n, rand.NewPCG(1, 2), func(r *rand.Rand) float64 {
+		resample(r, ra, a)
+		resample(r, rb, b)
 		sort.Float64s(ra)
 		sort.Float64s(rb)
-		diffs[i] = stats.Percentile(ra, q) - stats.Percentile(rb, q)
-	}
-	sort.Float64s(diffs)
-	return []float64{stats.Percentile(diffs, 0.025), stats.Percentile(diffs, 0.975)}
+		return stats.Percentile(ra, q) - stats.Percentile(rb, q)
+	})
 }
 
 func maxOf(xs []float64) float64 {
