@@ -240,15 +240,15 @@ func HomeKey(keys Keys) uint64 {
 
 // Pick returns the chosen Free replica's index, or -1 when none is Free.
 func (s *prefixLoad) Pick(keys Keys, replicas []Replica) int {
-	i := s.pick(keys, replicas)
+	mem := s.mem.Load()
+	i := s.pick(mem, keys, replicas)
 	if i >= 0 {
-		s.mem.Load().sent.mark(replicas[i].Addr)
+		mem.sent.mark(replicas[i].Addr)
 	}
 	return i
 }
 
-func (s *prefixLoad) pick(keys Keys, replicas []Replica) int {
-	mem := s.mem.Load()
+func (s *prefixLoad) pick(mem *memory, keys Keys, replicas []Replica) int {
 	if s.opts.Peers == PeersAuto {
 		mem.sense.observe(replicas)
 	}
