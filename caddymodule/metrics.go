@@ -43,7 +43,7 @@ var (
 	}, []string{"strategy"})
 	metricSlotHolds = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metricNS, Name: "slot_holds_total",
-		Help: "Requests past slot_hold, by how: none (nothing of their prompt ran), ended (they waited for it to end), timeout (they waited slot_hold), gone (the client left).",
+		Help: "Requests past slot_hold, by how: none (nothing of their prompt ran), ended (they waited for it to end), timeout (they waited slot_hold), skipped (waiting was expected to take longer than their own prefill), gone (the client left).",
 	}, []string{"outcome"})
 	metricTTFB = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: metricNS, Name: "time_to_first_byte_seconds",

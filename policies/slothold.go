@@ -31,9 +31,11 @@ func (e *SlotEstimate) Observe(span, ttft time.Duration, uncachedBytes int) {
 	}
 }
 
-// Span and PrefillPerByte return the estimates, 0 until observed.
+// Span is how long a request holds its slot, 0 until observed.
 func (e *SlotEstimate) Span() time.Duration { return seconds(e.span.Value()) }
 
+// PrefillPerByte is a miss's time to first byte per uncached prompt byte,
+// 0 until observed.
 func (e *SlotEstimate) PrefillPerByte() time.Duration { return seconds(e.prefill.Value()) }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -19,7 +19,8 @@ func (e *EWMA) Add(x, gain float64) {
 	e.n++
 }
 
-// Value is the average, 0 before any sample; N counts the samples.
+// Value is the average, 0 before any sample.
 func (e *EWMA) Value() float64 { return e.v }
 
+// N counts the samples.
 func (e *EWMA) N() int { return e.n }
