@@ -155,6 +155,14 @@ func TestAnthropicErrorShape(t *testing.T) {
 // headers (x-api-key, anthropic-version) to path.
 func postMessages(t *testing.T, url, key, ctype, body string) *http.Response {
 	t.Helper()
+	resp, err := http.DefaultClient.Do(messagesRequest(t, url, key, ctype, body))
+	require.NoError(t, err)
+	return resp
+}
+
+// messagesRequest is postMessages's request.
+func messagesRequest(t *testing.T, url, key, ctype, body string) *http.Request {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	require.NoError(t, err)
 	if ctype != "" {
@@ -165,31 +173,7 @@ func postMessages(t *testing.T, url, key, ctype, body string) *http.Response {
 	if key != "" {
 		req.Header.Set("x-api-key", key)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	return resp
-}
-
-// postMessagesAfterReload is postMessages for the first request after a
-// reload: a connection the old server accepted as it shut down fails
-// before any answer (EOF, or a reset while dialing), and the request is
-// sent again, up to 3 times, as clients do on connection errors. Only a
-// request that got no answer is sent again.
-func postMessagesAfterReload(t *testing.T, url, key, ctype, body string) *http.Response {
-	t.Helper()
-	for attempt := 0; ; attempt++ {
-		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", ctype)
-		req.Header.Set("anthropic-version", "2023-06-01")
-		req.Header.Set("x-api-key", key)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil || attempt == 2 {
-			require.NoError(t, err)
-			return resp
-		}
-		http.DefaultClient.CloseIdleConnections()
-	}
+	return req
 }
 
 // anthropicErr decodes an Anthropic error body and returns its type.
@@ -285,7 +269,7 @@ func TestAnthropicClientThroughHandler(t *testing.T) {
 	reverse_proxy 127.0.0.1:%d {
 		lb_policy llm
 	}`, freePort(t)))
-	resp = postMessagesAfterReload(t, url, "sk-anthropic", "application/json", good)
+	resp = doAfterReload(t, func() *http.Request { return messagesRequest(t, url, "sk-anthropic", "application/json", good) })
 	assert.Equal(t, http.StatusBadGateway, resp.StatusCode)
 	assert.Equal(t, "api_error", anthropicErr(t, resp))
 
@@ -302,7 +286,7 @@ func TestAnthropicClientThroughHandler(t *testing.T) {
 	}`, f.addr))
 	f.setFault("503")
 	before = f.total.Load()
-	resp = postMessagesAfterReload(t, url, "sk-anthropic", "application/json", good)
+	resp = doAfterReload(t, func() *http.Request { return messagesRequest(t, url, "sk-anthropic", "application/json", good) })
 	assert.Equal(t, before+1, f.total.Load(), "one request, sent once, reached the replica")
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()

@@ -66,6 +66,23 @@ func (r *router) load(site string) {
 	http.DefaultClient.CloseIdleConnections()
 }
 
+// doAfterReload sends the request newReq makes as the first after a
+// reload: a connection the old server accepted as it shut down fails
+// before any answer (EOF, or a reset while dialing), and the request is
+// made and sent again, up to 3 times, as clients do on connection errors.
+// Only a request that got no answer is sent again.
+func doAfterReload(t *testing.T, newReq func() *http.Request) *http.Response {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		resp, err := http.DefaultClient.Do(newReq())
+		if err == nil || attempt == 2 {
+			require.NoError(t, err)
+			return resp
+		}
+		http.DefaultClient.CloseIdleConnections()
+	}
+}
+
 // state reads /llm_route/state from the admin API.
 func (r *router) state() stateapi.State {
 	r.t.Helper()

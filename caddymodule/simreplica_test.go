@@ -256,19 +256,12 @@ func TestPeerSenseSurvivesReloadThroughCaddy(t *testing.T) {
 	require.Equal(t, "none", peers(), "alone after %d requests", sent.Load())
 
 	r.load(site(16))
-	// The first request after a reload may meet a connection the old
-	// server accepted as it shut down (EOF before any answer): sent again,
-	// up to 3 times, as clients do.
-	var resp *http.Response
-	for attempt := 0; ; attempt++ {
-		var err error
-		resp, err = http.Post(r.url("/v1/chat/completions"), "application/json", strings.NewReader(chatBody(sys, "after the reload", false)))
-		if err == nil || attempt == 2 {
-			require.NoError(t, err)
-			break
-		}
-		http.DefaultClient.CloseIdleConnections()
-	}
+	resp := doAfterReload(t, func() *http.Request {
+		req, err := http.NewRequest(http.MethodPost, r.url("/v1/chat/completions"), strings.NewReader(chatBody(sys, "after the reload", false)))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		return req
+	})
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	require.Equal(t, 200, resp.StatusCode)
