@@ -124,7 +124,7 @@ func main() {
 	flag.StringVar(&workloads, "workloads", client.SharedPrefix+","+client.NoSharedPrefix+","+client.MultiTurn, "workloads")
 	flag.IntVar(&c.Groups, "groups", 6, "shared system prompts (multi_turn: conversations)")
 	flag.IntVar(&c.PerGroup, "per-group", 6, "requests per group (multi_turn: turns per conversation)")
-	flag.IntVar(&c.SystemChars, "system-chars", 1800, "system prompt length (≈ tokens)")
+	flag.IntVar(&c.SystemChars, "system-chars", 1800, "system prompt length in characters (≈ tokens with the byte vocabulary; Qwen3's BPE packs about 5.2 a token: 9000 gives it as many tokens)")
 	flag.StringVar(&c.Mode, "mode", "closed", "closed (a fixed number of clients, each sending its next request when the last ends) or poisson (open loop)")
 	flag.IntVar(&c.Concurrency, "concurrency", 2, "clients in closed mode")
 	flag.Float64Var(&c.Rate, "rate", 1.0, "arrival rate in poisson mode, requests/s")
