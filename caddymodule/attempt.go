@@ -47,6 +47,9 @@ type attemptRules struct {
 	// indexAnswers adds the answer streamed back to the replica's index
 	// (answers.go).
 	indexAnswers bool
+	// observer is the strategy, when it learns from the engines' reports
+	// (feedback.go).
+	observer policies.CheckObserver
 }
 
 // reserve takes one in-flight slot if the replica is available and below

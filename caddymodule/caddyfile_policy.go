@@ -70,6 +70,8 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = intArg(d, opt, &p.IndexBlocks)
 		case "cold_choices":
 			err = intArg(d, opt, &p.ColdChoices)
+		case "unique_run":
+			err = intArg(d, opt, &p.UniqueRun)
 		case "status_fails":
 			err = intArg(d, opt, &p.StatusFails)
 		case "queue_timeout":

@@ -20,8 +20,12 @@ func (h *LLMRoute) feedback(rc *routeCtx, a *attempt, sn *usageSniffer) {
 		return
 	}
 	pl := a.prediction()
-	a.rep.check(policies.Check{PredictedBlocks: pl.Predicted, Concurrent: pl.Concurrent,
-		CachedTokens: sn.cached, PromptTokens: sn.promptTokens, PromptBytes: rc.req.PromptBytes})
+	c := policies.Check{PredictedBlocks: pl.Predicted, Concurrent: pl.Concurrent,
+		CachedTokens: sn.cached, PromptTokens: sn.promptTokens, PromptBytes: rc.req.PromptBytes}
+	res := a.rep.check(c)
+	if o := a.rules.observer; o != nil {
+		o.Observe(c, res)
+	}
 }
 
 // check holds one prediction on the replica against the engine's report

@@ -92,3 +92,42 @@ func TestPendingPrefixMarksConcurrent(t *testing.T) {
 	assert.Zero(t, st.prefilling)
 	assert.Zero(t, st.inFlight)
 }
+
+// recordingObserver keeps the checks a strategy is shown.
+type recordingObserver struct {
+	checks  []policies.Check
+	results []policies.CheckResult
+}
+
+func (o *recordingObserver) Observe(c policies.Check, r policies.CheckResult) {
+	o.checks = append(o.checks, c)
+	o.results = append(o.results, r)
+}
+
+// TestFeedbackReachesStrategy proves that the engine's report reaches the
+// strategy that learns from it (prefix_load's run of requests that found
+// nothing seen before ends when a prefix it believed cold was cached):
+// setup hands prefix_load to the attempts' rules as their observer, a
+// strategy that learns nothing is not one, and feedback passes the check
+// and its verdict on.
+func TestFeedbackReachesStrategy(t *testing.T) {
+	var p LLMSelection
+	require.NoError(t, p.setup())
+	require.NotNil(t, p.rules.observer, "prefix_load observes the checks")
+	assert.Same(t, p.strategy, p.rules.observer.(policies.Strategy))
+	rr := LLMSelection{Strategy: "round_robin"}
+	require.NoError(t, rr.setup())
+	assert.Nil(t, rr.rules.observer, "round_robin learns nothing")
+
+	obs := &recordingObserver{}
+	rules := p.rules
+	rules.observer = obs
+	a := &attempt{rep: testReplica("test-feedback-observer", 1024), rules: &rules}
+	rc := &routeCtx{req: &policies.Request{PromptBytes: 1000}}
+	var h LLMRoute
+	h.feedback(rc, a, &usageSniffer{found: true, cached: 200, promptTokens: 250})
+	h.feedback(rc, a, &usageSniffer{found: false})
+	require.Len(t, obs.checks, 1, "only an answer that carried usage is checked")
+	assert.Equal(t, policies.Check{CachedTokens: 200, PromptTokens: 250, PromptBytes: 1000}, obs.checks[0])
+	assert.Equal(t, policies.CheckCold, obs.results[0])
+}

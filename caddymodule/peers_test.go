@@ -19,6 +19,7 @@ func TestPrefixLoadOptions(t *testing.T) {
 		peers some
 		cold_slack 1.5
 		detour_slack 0.75
+		unique_run 16
 		index_answers off
 	}`)))
 	assert.Equal(t, "some", p.Peers)
@@ -31,6 +32,7 @@ func TestPrefixLoadOptions(t *testing.T) {
 	assert.Equal(t, policies.PeersSome, p.opts.Peers)
 	assert.Equal(t, 1.5, p.opts.ColdSlack)
 	assert.Equal(t, 0.75, p.opts.DetourSlack)
+	assert.Equal(t, 16, p.opts.UniqueRun)
 	assert.False(t, p.rules.indexAnswers)
 
 	var d LLMSelection
@@ -38,6 +40,7 @@ func TestPrefixLoadOptions(t *testing.T) {
 	assert.Equal(t, policies.PeersAuto, d.opts.Peers, "default: inferred")
 	assert.Equal(t, policies.DefaultColdSlack, d.opts.ColdSlack)
 	assert.Equal(t, policies.DefaultDetourSlack, d.opts.DetourSlack)
+	assert.Equal(t, policies.DefaultUniqueRun, d.opts.UniqueRun)
 	assert.Zero(t, d.opts.ColdChoices, "default: the adaptive cold rule")
 	assert.True(t, d.rules.indexAnswers, "default: answers are indexed")
 
@@ -53,6 +56,7 @@ func TestPrefixLoadOptions(t *testing.T) {
 		{"llm {\n peers\n}", "wrong argument count"},
 		{"llm {\n cold_slack lots\n}", "cold_slack"},
 		{"llm {\n detour_slack\n}", "detour_slack"},
+		{"llm {\n unique_run many\n}", "unique_run"},
 		{"llm {\n index_answers maybe\n}", "index_answers"},
 	} {
 		var p LLMSelection

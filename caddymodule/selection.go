@@ -153,6 +153,15 @@ type LLMSelection struct {
 	// as another replica is cheaper.
 	DetourSlack float64 `json:"detour_slack,omitempty"`
 
+	// UniqueRun is, with peers and no homes_directory, how many requests
+	// in a row that find no prefix this router has seen before (none
+	// believed cached, none with a home) make prefix_load place new
+	// prefixes by load, as a lone router does, instead of at their
+	// rendezvous home, until a prefix comes back: traffic that shares
+	// nothing gains nothing from the home and pays for it at the tail.
+	// Default 64; -1: never (the rendezvous home whatever the traffic).
+	UniqueRun int `json:"unique_run,omitempty"`
+
 	// HomesDirectory, when set, shares where each new prefix was first
 	// placed with the other router instances through Valkey or Redis
 	// (directory.go): new prefixes are then placed by load and every
@@ -334,6 +343,7 @@ func (p *LLMSelection) setup() error {
 		Peers:             peerModes[p.Peers],
 		ColdSlack:         p.ColdSlack,
 		DetourSlack:       p.DetourSlack,
+		UniqueRun:         p.UniqueRun,
 	}
 	if p.HomesDirectory != nil {
 		d, err := homesDirectory(*p.HomesDirectory, p.logger)
@@ -364,6 +374,7 @@ func (p *LLMSelection) setup() error {
 		p.rules.failStatus[s] = true
 	}
 	p.rules.indexAnswers = p.IndexAnswers == nil || *p.IndexAnswers
+	p.rules.observer, _ = p.strategy.(policies.CheckObserver)
 	return nil
 }
 

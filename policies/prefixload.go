@@ -40,7 +40,9 @@ import (
 //     shared Directory, it goes to its rendezvous home within the cold
 //     bound instead while that one is within the same slack and its
 //     engine reports neither a waiting queue nor a KV cache >= 0.95 full,
-//     and its home stays the rendezvous one.
+//     and its home stays the rendezvous one; unless the router's last
+//     Options.UniqueRun keyed requests found nothing it had seen before
+//     (traffic that shares nothing): then by load, as alone.
 //  6. Detours: a request that steps 2-4 send to a replica (its history,
 //     its leading run, its home) goes instead to the cheapest candidate
 //     when the prefill it would wait behind there, queued (this router's
@@ -153,6 +155,9 @@ type memory struct {
 	sense       *peerSense
 	// sent orders the replicas by this router's last choice of them.
 	sent *dispatchOrder
+	// returns counts the keyed requests since one found a prefix this
+	// router had seen before.
+	returns *returnWatch
 }
 
 // MatchFunc answers how many of keys' blocks are resident on replicas[i]
@@ -164,7 +169,7 @@ type MatchFunc func(keys Keys, i int, r *Replica) int
 
 func newPrefixLoad(o Options, match MatchFunc) *prefixLoad {
 	s := &prefixLoad{opts: o, least: leastLoad{seed: o.Seed}, match: match, shared: o.Directory != nil}
-	m := &memory{provisional: NewHomeTable(12), sense: newPeerSense(), sent: &dispatchOrder{}}
+	m := &memory{provisional: NewHomeTable(12), sense: newPeerSense(), sent: &dispatchOrder{}, returns: &returnWatch{}}
 	if !s.shared {
 		m.own = NewHomeTable(0)
 	}
@@ -173,7 +178,8 @@ func newPrefixLoad(o Options, match MatchFunc) *prefixLoad {
 }
 
 // Inherit implements Successor. When prev is prefix_load too, it takes
-// over prev's peer sense, provisional placements, dispatch order and,
+// over prev's peer sense, provisional placements, dispatch order, run of
+// requests that found nothing seen before and,
 // unless this one shares a Directory, its homes (when prev kept its own),
 // and reports true. The options may differ: what was learned is about the
 // replicas and the other routers, not the settings.
@@ -183,12 +189,22 @@ func (s *prefixLoad) Inherit(prev Strategy) bool {
 		return false
 	}
 	pm, m := p.mem.Load(), *s.mem.Load()
-	m.provisional, m.sense, m.sent = pm.provisional, pm.sense, pm.sent
+	m.provisional, m.sense, m.sent, m.returns = pm.provisional, pm.sense, pm.sent, pm.returns
 	if !s.shared && pm.own != nil {
 		m.own = pm.own
 	}
 	s.mem.Store(&m)
 	return true
+}
+
+// Observe implements CheckObserver: a request this router believed cold
+// that found at least half its prompt cached met a prefix placed by
+// another router (or kept from long ago), so prefixes do come back, and
+// the run of requests that found nothing seen before ends.
+func (s *prefixLoad) Observe(c Check, result CheckResult) {
+	if result == CheckCold && c.PromptTokens > 0 && 2*c.CachedTokens >= c.PromptTokens {
+		s.mem.Load().returns.saw(true)
+	}
 }
 
 // homes returns where this router records homes: the shared Directory, or
@@ -357,9 +373,11 @@ func (s *prefixLoad) pick(mem *memory, keys Keys, replicas []Replica) int {
 		return c
 	}
 	if warm && bestMatch > keys.LeadingBlocks {
+		mem.returns.saw(true)
 		return detour(best, bestMatch) // the request's own history: follow it
 	}
 	if spill && !warm {
+		mem.returns.saw(true)
 		return detour(home, homeMatch)
 	}
 	// What is left matches at most the shared leading run, or nothing:
@@ -374,6 +392,7 @@ func (s *prefixLoad) pick(mem *memory, keys Keys, replicas []Replica) int {
 			at = s.find(replicas, addr)
 		}
 	}
+	mem.returns.saw(warm || known != "")
 	atMatch := func() int {
 		if at == best {
 			return bestMatch
@@ -409,9 +428,11 @@ func (s *prefixLoad) pick(mem *memory, keys Keys, replicas []Replica) int {
 	// KV cache: those are what every router sees alike (each one's
 	// pending prefill is its own share). When it is not, the prefix is
 	// placed by this router's load, which spreads.
+	// Traffic that has shared nothing for a while is placed as alone: the
+	// home buys agreement on prefixes that come back, and none do.
 	h := &replicas[coldHome]
 	nearHome := h.PendingPrefill <= replicas[coolest].PendingPrefill+slack &&
-		h.EngineWaiting <= 0 && h.KVUsage < kvFull
+		h.EngineWaiting <= 0 && h.KVUsage < kvFull && !mem.returns.unique(s.opts.UniqueRun)
 	choice := s.settled(mem.sent, replicas, hk, coolest, slack, bound, minLoad)
 	if peers && !s.shared && nearHome {
 		choice = coldHome
@@ -509,6 +530,29 @@ func (s *prefixLoad) settled(sent *dispatchOrder, replicas []Replica, hk uint64,
 	return best
 }
 
+// returnWatch counts a router's keyed requests since the last one whose
+// prefix it had seen before (believed resident on a replica, or with a
+// home). With peers, sending a new prefix to its rendezvous home is a bet
+// that it comes back, there or through another router; a long run of
+// requests that found nothing says the bet does not pay.
+type returnWatch struct{ since atomic.Int64 }
+
+// saw counts one keyed request; back is whether its prefix was seen
+// before.
+func (w *returnWatch) saw(back bool) {
+	if !back {
+		w.since.Add(1)
+	} else if w.since.Load() != 0 {
+		w.since.Store(0)
+	}
+}
+
+// unique reports whether the last run requests found nothing seen before
+// (never for run <= 0).
+func (w *returnWatch) unique(run int) bool {
+	return run > 0 && w.since.Load() >= int64(run)
+}
+
 // dispatchOrder remembers, per replica address, when this router last
 // chose it (a counter, not a clock).
 type dispatchOrder struct {
@@ -535,6 +579,7 @@ func (d *dispatchOrder) mark(addr string) {
 
 // Interface guards
 var (
-	_ Successor  = (*prefixLoad)(nil)
-	_ PeerSensor = (*prefixLoad)(nil)
+	_ Successor     = (*prefixLoad)(nil)
+	_ PeerSensor    = (*prefixLoad)(nil)
+	_ CheckObserver = (*prefixLoad)(nil)
 )

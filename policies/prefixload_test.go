@@ -302,6 +302,85 @@ func TestPrefixLoadInstancesAgree(t *testing.T) {
 	assert.GreaterOrEqual(t, spills, 10, "keys spilled from their home")
 }
 
+// TestPrefixLoadUniqueRun checks the peer rule's gate: with peers, new
+// prefixes go to their rendezvous home until UniqueRun keyed requests in
+// a row found nothing seen before; from then on they are placed by load
+// (the least recently chosen replica, every replica in turn here), until
+// a prefix comes back or the engine reports one cached that this router
+// believed cold. A successor keeps the run; UniqueRun -1 never gates.
+func TestPrefixLoadUniqueRun(t *testing.T) {
+	const n, run = 6, 4
+	next := uint64(0)
+	fresh := func() Keys {
+		next++
+		return Keys{Leading: mix64(next), Blocks: []uint64{mix64(next + 1e6), mix64(next + 2e6)}, LeadingBlocks: 1}
+	}
+	// placeNew picks count new prefixes and returns how many went to
+	// their rendezvous home and how often each replica was picked.
+	placeNew := func(s Strategy, rs []Replica, count int) (home int, per map[int]int) {
+		per = map[int]int{}
+		for range count {
+			k := fresh()
+			p := s.Pick(k, rs)
+			require.GreaterOrEqual(t, p, 0)
+			per[p]++
+			if p == ranked(HomeKey(k), rs)[0] {
+				home++
+			}
+		}
+		return home, per
+	}
+
+	s := mustStrategy(t, "prefix_load", Options{Peers: PeersSome, UniqueRun: run})
+	rs := replicas(n)
+	home, _ := placeNew(s, rs, run-1)
+	assert.Equal(t, run-1, home, "below the run: every new prefix goes home")
+	home, per := placeNew(s, rs, 2*n)
+	assert.Len(t, per, n, "past the run: by load, every replica in turn")
+	for i, c := range per {
+		assert.Equal(t, 2, c, "replica %d", i)
+	}
+	assert.Less(t, home, 2*n, "past the run some new prefixes leave their home")
+
+	// A prefix that comes back ends the run: the next new prefix goes home.
+	back := fresh()
+	s.Pick(back, rs)
+	s.Pick(back, rs)
+	home, _ = placeNew(s, rs, run-1)
+	assert.Equal(t, run-1, home, "after a prefix came back: home again")
+
+	// So does an engine report of a prefix cached where this router
+	// believed none (a peer placed it); a small cached part (a template's
+	// head) or a checked prediction does not.
+	placeNew(s, rs, run)
+	obs := s.(CheckObserver)
+	obs.Observe(Check{CachedTokens: 10, PromptTokens: 100}, CheckCold)
+	obs.Observe(Check{PredictedBlocks: 3, CachedTokens: 90, PromptTokens: 100}, CheckHit)
+	_, per = placeNew(s, rs, n)
+	assert.Len(t, per, n, "still by load")
+	obs.Observe(Check{CachedTokens: 50, PromptTokens: 100}, CheckCold)
+	home, _ = placeNew(s, rs, run-1)
+	assert.Equal(t, run-1, home, "after a peer's prefix was found cached: home again")
+
+	// A successor (a reload) goes on from where the run stood.
+	placeNew(s, rs, run)
+	succ := mustStrategy(t, "prefix_load", Options{Peers: PeersSome, UniqueRun: run})
+	require.True(t, succ.(Successor).Inherit(s))
+	_, per = placeNew(succ, rs, n)
+	assert.Len(t, per, n, "the successor places by load at once")
+
+	// Never: the peer rule whatever the traffic.
+	never := mustStrategy(t, "prefix_load", Options{Peers: PeersSome, UniqueRun: -1})
+	home, _ = placeNew(never, rs, 10*run)
+	assert.Equal(t, 10*run, home, "UniqueRun -1: every new prefix goes home")
+
+	// Alone the gate changes nothing: new prefixes go by load from the
+	// first.
+	alone := mustStrategy(t, "prefix_load", Options{Peers: PeersNone, UniqueRun: run})
+	_, per = placeNew(alone, rs, n)
+	assert.Len(t, per, n, "alone: by load")
+}
+
 // benchChat returns a chat body of about size bytes: a system prompt of a
 // quarter of it and user/assistant turns for the rest.
 func benchChat(size int) []byte {

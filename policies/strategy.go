@@ -53,6 +53,12 @@ const (
 	// limits where a returning prefix's rendezvous home may be, and where
 	// cold_choices 1 sends every cold prefix.
 	DefaultColdBalanceFactor = 3.0
+	// DefaultUniqueRun is how many keyed requests in a row that found
+	// nothing seen before make a router with peers place new prefixes by
+	// load: 64, so that any traffic where one request in 64 comes back
+	// keeps the peer rule, and traffic that shares nothing stops paying
+	// for it (docs/experiments.md, "Traffic that shares nothing").
+	DefaultUniqueRun = 64
 )
 
 // Options tune the strategies. The zero value selects every default.
@@ -110,6 +116,19 @@ type Options struct {
 	// negative value means none (a detour as soon as another replica is
 	// cheaper).
 	DetourSlack float64
+	// UniqueRun is, with peers and no Directory, the length of a run of
+	// keyed requests finding nothing this router has seen before (no
+	// prefix believed resident, no home), the current one included, from
+	// which it places new prefixes by load, as a lone router does,
+	// instead of at their rendezvous home, until a prefix comes back: one
+	// this router has seen, or one it believed cold that the engine
+	// reported at least half cached (another router placed it; see
+	// CheckObserver). The peer rule bets that a new prefix comes back,
+	// through this router or another; such a run says the traffic shares
+	// nothing. 0 selects
+	// DefaultUniqueRun; a negative value means never (the peer rule
+	// whatever the traffic).
+	UniqueRun int
 	// Directory, when set, is a table of homes shared with the other
 	// router instances: a new prefix placed by load is claimed there, and
 	// every instance follows the claim. nil keeps homes local.
@@ -166,6 +185,9 @@ func (o Options) WithDefaults() (Options, error) {
 	}
 	if o.Peers < PeersAuto || o.Peers > PeersSome {
 		return o, fmt.Errorf("llmroute: unknown peer mode %d", o.Peers)
+	}
+	if o.UniqueRun == 0 {
+		o.UniqueRun = DefaultUniqueRun
 	}
 	return o, nil
 }

@@ -67,13 +67,13 @@ func TestOptionsDefaults(t *testing.T) {
 	tests := []struct {
 		in, want Options
 	}{
-		{Options{}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 2, MinMatchBlocks: 1, ColdBalanceFactor: DefaultColdBalanceFactor, ColdSlack: DefaultColdSlack, DetourSlack: DefaultDetourSlack}},
-		{Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdChoices: 1, ColdBalanceFactor: 1.25, Peers: PeersSome, ColdSlack: 1.5, DetourSlack: 4},
-			Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdChoices: 1, ColdBalanceFactor: 1.25, Peers: PeersSome, ColdSlack: 1.5, DetourSlack: 4}},
-		{Options{LoadSlack: -1, MinMatchBlocks: -3, ColdChoices: -2, ColdSlack: -1, DetourSlack: -1}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 0, MinMatchBlocks: 1, ColdBalanceFactor: DefaultColdBalanceFactor}},
-		{Options{ColdChoices: 9}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 2, MinMatchBlocks: 1, ColdChoices: 3, ColdBalanceFactor: DefaultColdBalanceFactor, ColdSlack: DefaultColdSlack, DetourSlack: DefaultDetourSlack}},
+		{Options{}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 2, MinMatchBlocks: 1, ColdBalanceFactor: DefaultColdBalanceFactor, ColdSlack: DefaultColdSlack, DetourSlack: DefaultDetourSlack, UniqueRun: DefaultUniqueRun}},
+		{Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdChoices: 1, ColdBalanceFactor: 1.25, Peers: PeersSome, ColdSlack: 1.5, DetourSlack: 4, UniqueRun: 9},
+			Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdChoices: 1, ColdBalanceFactor: 1.25, Peers: PeersSome, ColdSlack: 1.5, DetourSlack: 4, UniqueRun: 9}},
+		{Options{LoadSlack: -1, MinMatchBlocks: -3, ColdChoices: -2, ColdSlack: -1, DetourSlack: -1, UniqueRun: -1}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 0, MinMatchBlocks: 1, ColdBalanceFactor: DefaultColdBalanceFactor, UniqueRun: -1}},
+		{Options{ColdChoices: 9}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 2, MinMatchBlocks: 1, ColdChoices: 3, ColdBalanceFactor: DefaultColdBalanceFactor, ColdSlack: DefaultColdSlack, DetourSlack: DefaultDetourSlack, UniqueRun: DefaultUniqueRun}},
 		// An unset cold factor is never tighter than the warm one.
-		{Options{BalanceFactor: 3}, Options{BalanceFactor: 3, LoadSlack: 2, MinMatchBlocks: 1, ColdBalanceFactor: 3, ColdSlack: DefaultColdSlack, DetourSlack: DefaultDetourSlack}},
+		{Options{BalanceFactor: 3}, Options{BalanceFactor: 3, LoadSlack: 2, MinMatchBlocks: 1, ColdBalanceFactor: 3, ColdSlack: DefaultColdSlack, DetourSlack: DefaultDetourSlack, UniqueRun: DefaultUniqueRun}},
 	}
 	for _, tt := range tests {
 		got, err := tt.in.WithDefaults()

@@ -152,6 +152,14 @@ type Successor interface {
 	Inherit(prev Strategy) bool
 }
 
+// CheckObserver is a Strategy that learns from the engines' reports: the
+// caller passes it each prediction checked against the cached tokens an
+// engine reported (Belief.Check's input and verdict), for requests it
+// routed.
+type CheckObserver interface {
+	Observe(c Check, result CheckResult)
+}
+
 // PeerSensor is a Strategy that tells whether it treats the replicas as
 // shared with other routers (configured, or inferred from the engines).
 type PeerSensor interface {

@@ -94,6 +94,7 @@ var DefaultPolicies = []Policy{
 var coldRulePolicies = []Policy{
 	{Name: "prefix_load cold_slack -1", Strategy: "prefix_load", Options: []string{"cold_slack -1"}, Sim: policies.Options{ColdSlack: -1}},
 	{Name: "prefix_load peers none", Strategy: "prefix_load", Options: []string{"peers none"}, Sim: policies.Options{Peers: policies.PeersNone}},
+	{Name: "prefix_load unique_run -1", Strategy: "prefix_load", Options: []string{"unique_run -1"}, Sim: policies.Options{UniqueRun: -1}},
 }
 
 // PoliciesNamed returns the policies of DefaultPolicies, the homes

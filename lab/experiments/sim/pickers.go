@@ -30,6 +30,20 @@ func (p strategyPicker) pick(f *flight, view []policies.Replica) int {
 	return p.s.Pick(f.req.Keys, view)
 }
 
+// observerOf returns the picker's strategy when it learns from the
+// engines' reports (policies.CheckObserver), as the module passes them.
+func observerOf(p picker) policies.CheckObserver {
+	var s policies.Strategy
+	switch p := p.(type) {
+	case strategyPicker:
+		s = p.s
+	case *oracle:
+		s = p.s
+	}
+	o, _ := s.(policies.CheckObserver)
+	return o
+}
+
 // randomPicker picks a Free replica uniformly at random.
 type randomPicker struct{ rng *rand.Rand }
 

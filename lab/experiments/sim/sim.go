@@ -489,10 +489,14 @@ func (s *Sim) sample(r int) {
 // observe holds f's prediction against the engine's usage, as the
 // module's feedback does.
 func (s *Sim) observe(rt *router, i int, f *flight, u simengine.Usage) {
-	c := rt.reps[i].belief.Check(policies.Check{PredictedBlocks: f.predicted, Concurrent: f.concurrent,
-		CachedTokens: u.CachedTokens, PromptTokens: u.PromptTokens, PromptBytes: f.req.PromptBytes})
+	ck := policies.Check{PredictedBlocks: f.predicted, Concurrent: f.concurrent,
+		CachedTokens: u.CachedTokens, PromptTokens: u.PromptTokens, PromptBytes: f.req.PromptBytes}
+	c := rt.reps[i].belief.Check(ck)
 	if c.Purged {
 		s.res.Residency.PurgesMisses++
+	}
+	if o := observerOf(rt.picker); o != nil {
+		o.Observe(ck, c.Result)
 	}
 }
 

@@ -29,7 +29,7 @@ type Variant struct {
 var Variants = []Variant{
 	{Name: "prefix_load", Policy: "prefix_load", Doc: "as shipped: a new prefix to the least pending prefill (placement by load), which becomes its home; " +
 		"peers inferred from engine metrics; with peers the rendezvous home unless it has more pending prefill than the least by over " +
-		"half the prompt's own (cold_slack 0.5); leading-run matches go home; a request leaves its prefix's replica for the cheapest when it " +
+		"half the prompt's own (cold_slack 0.5), unless 64 requests in a row found nothing seen before (unique_run 64: then by load); leading-run matches go home; a request leaves its prefix's replica for the cheapest when it " +
 		"would wait there behind 1.5 prompts more prefill, its own uncached part included (detour_slack 1.5); answers indexed"},
 	{Name: "cold_choices 1", Policy: "prefix_load", Options: policies.Options{ColdChoices: 1},
 		Doc: "the previous default: a cold prefix to its rendezvous home within the cold bound (c = 3), whatever its queue"},
@@ -41,6 +41,8 @@ var Variants = []Variant{
 		Doc: "placement by pending prefill and own homes, never the peer rules (what a router that cannot tell it has peers does)"},
 	{Name: "peers some", Policy: "prefix_load", Options: policies.Options{Peers: policies.PeersSome},
 		Doc: "the peer rules always, also alone: rendezvous homes, new prefixes home within cold_slack"},
+	{Name: "unique_run -1", Policy: "prefix_load", Options: policies.Options{UniqueRun: -1},
+		Doc: "with peers, new prefixes go to their rendezvous home whatever the traffic, also when a long run of requests found nothing seen before (the rule before unique_run)"},
 	{Name: "cold_slack 0", Policy: "prefix_load", Options: policies.Options{ColdSlack: -1},
 		Doc: "with peers, a new prefix goes home only when that has no more prefill pending than the least"},
 	{Name: "cold_slack 2", Policy: "prefix_load", Options: policies.Options{ColdSlack: 2},
