@@ -133,7 +133,8 @@ func Sweeps(o Options) error {
 	return nil
 }
 
-// Replot redraws every plot and summary.md from the records in dir.
+// Replot redraws every plot, summary.md, goals.md and variants.md from the
+// records in dir.
 func Replot(dir string) error {
 	var std StandardRecord
 	if err := readJSON(filepath.Join(dir, "standard.json"), &std); err != nil {
@@ -166,6 +167,12 @@ func Replot(dir string) error {
 	}
 	if err := PlotStandard(filepath.Join(dir, "plots"), &std); err != nil {
 		return err
+	}
+	var vr VariantsRecord
+	if err := readJSON(filepath.Join(dir, "variants.json"), &vr); err == nil {
+		if err := writeFile(filepath.Join(dir, "variants.md"), []byte(VariantsMarkdown(&vr))); err != nil {
+			return err
+		}
 	}
 	var res ResidencyRecord
 	if err := readJSON(filepath.Join(dir, "residency.json"), &res); err == nil {

@@ -219,5 +219,98 @@ func VariantsMarkdown(rec *VariantsRecord) string {
 			}
 		}
 	}
+	b.WriteString(variantGoalsMarkdown(rec))
+	return b.String()
+}
+
+// VariantGoals evaluates issue 18's goals (goalsOf) per seed for every
+// variant: each variant's figures against the reference policies' of the
+// same workload, router count and seed, and with several routers against
+// its own with one.
+func VariantGoals(rec *VariantsRecord) map[string][]Goal {
+	type cell struct {
+		w    string
+		r    int
+		seed uint64
+	}
+	figs := map[cell]map[string]SweepPoint{}
+	for _, p := range rec.Points {
+		c := cell{p.Workload, p.Routers, p.Seed}
+		if figs[c] == nil {
+			figs[c] = map[string]SweepPoint{}
+		}
+		figs[c][p.Policy] = p
+	}
+	out := map[string][]Goal{}
+	for _, v := range rec.Variants {
+		for _, seed := range rec.Seeds {
+			for _, kind := range workload.Kinds {
+				for _, r := range rec.Routers {
+					f := figs[cell{kind, r, seed}]
+					pt, ok := f[v.Name]
+					if !ok {
+						continue
+					}
+					one, hasOne := figs[cell{kind, 1, seed}][v.Name]
+					for _, g := range goalsOf(kind, r, pt, f, one, hasOne) {
+						g.Seed = seed
+						out[v.Name] = append(out[v.Name], g)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// variantGoalsMarkdown counts, per variant, the per-seed goal checks it
+// misses (second-request agreement is reported, not a goal), and lists
+// the misses of the shipped rule and of shared homes.
+func variantGoalsMarkdown(rec *VariantsRecord) string {
+	goals := VariantGoals(rec)
+	names := []string{GoalTail, GoalMedian, GoalHit, GoalAgreement, GoalScale}
+	var b strings.Builder
+	b.WriteString("\n## Issue 18's goals per seed\n\nEvery goal of goals.md, per workload, router count and seed, with each variant in prefix_load's place " +
+		"(the references are the same cell's round_robin, least_load, prefix_affinity, oracle and prefix_load). Checks missed:\n\n" +
+		"| variant | checks | missed |")
+	for _, n := range names {
+		fmt.Fprintf(&b, " %s |", n)
+	}
+	b.WriteString("\n|---|---:|---:|")
+	for range names {
+		b.WriteString("---:|")
+	}
+	b.WriteString("\n")
+	for _, v := range rec.Variants {
+		checks, missed, by := 0, 0, map[string]int{}
+		for _, g := range goals[v.Name] {
+			if g.Name == GoalSecond {
+				continue
+			}
+			checks++
+			if !g.Met {
+				missed++
+				by[g.Name]++
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d |", v.Name, checks, missed)
+		for _, n := range names {
+			fmt.Fprintf(&b, " %d |", by[n])
+		}
+		b.WriteString("\n")
+	}
+	for _, name := range []string{"prefix_load", "shared homes"} {
+		fmt.Fprintf(&b, "\nMisses of `%s`:\n\n", name)
+		none := true
+		for _, g := range goals[name] {
+			if !g.Met {
+				none = false
+				fmt.Fprintf(&b, "- %s, %d routers, seed %d: %s %.3f (%s); %s\n", g.Workload, g.Routers, g.Seed, g.Name, g.Value, g.Need, g.Detail)
+			}
+		}
+		if none {
+			b.WriteString("- none\n")
+		}
+	}
 	return b.String()
 }
