@@ -42,7 +42,8 @@ import (
 //     engine reports neither a waiting queue nor a KV cache >= 0.95 full,
 //     and its home stays the rendezvous one; unless the router's last
 //     Options.UniqueRun keyed requests found nothing it had seen before
-//     (traffic that shares nothing): then by load, as alone.
+//     (traffic that shares nothing): then by load, as alone, and not
+//     provisionally (should it come back it stays where it went).
 //  6. Detours: a request that steps 2-4 send to a replica (its history,
 //     its leading run, its home) goes instead to the cheapest candidate
 //     when the prefill it would wait behind there, queued (this router's
@@ -429,16 +430,19 @@ func (s *prefixLoad) pick(mem *memory, keys Keys, replicas []Replica) int {
 	// pending prefill is its own share). When it is not, the prefix is
 	// placed by this router's load, which spreads.
 	// Traffic that has shared nothing for a while is placed as alone: the
-	// home buys agreement on prefixes that come back, and none do.
+	// home buys agreement on prefixes that come back, and none do. Such a
+	// placement is not provisional either: should the prefix come back,
+	// it stays where its cache is, as it would alone.
 	h := &replicas[coldHome]
+	unique := mem.returns.unique(s.opts.UniqueRun)
 	nearHome := h.PendingPrefill <= replicas[coolest].PendingPrefill+slack &&
-		h.EngineWaiting <= 0 && h.KVUsage < kvFull && !mem.returns.unique(s.opts.UniqueRun)
+		h.EngineWaiting <= 0 && h.KVUsage < kvFull && !unique
 	choice := s.settled(mem.sent, replicas, hk, coolest, slack, bound, minLoad)
 	if peers && !s.shared && nearHome {
 		choice = coldHome
 	}
 	won, ok := homes.Claim(hk, replicas[choice].Addr)
-	if peers && !s.shared && choice != coldHome {
+	if peers && !s.shared && choice != coldHome && !unique {
 		mem.provisional.Learn(hk, replicas[choice].Addr)
 	}
 	switch {

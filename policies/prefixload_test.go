@@ -362,6 +362,23 @@ func TestPrefixLoadUniqueRun(t *testing.T) {
 	home, _ = placeNew(s, rs, run-1)
 	assert.Equal(t, run-1, home, "after a peer's prefix was found cached: home again")
 
+	// A prefix placed by load past the run is not provisional: when it
+	// comes back matching only its leading run where it went, it stays
+	// there (alone's rule), where a placement by load because its home
+	// was busy goes home on its second request (TestPrefixLoadNewPrefixWithPeers).
+	placeNew(s, rs, run)
+	moved := 0
+	for range 2 * n {
+		k := fresh()
+		p := s.Pick(k, rs)
+		rs[p].Index.Insert(k.Blocks[:1])
+		if p != ranked(HomeKey(k), rs)[0] {
+			moved++
+			assert.Equal(t, p, s.Pick(k, rs), "a prefix placed by load past the run came back: it stays")
+		}
+	}
+	assert.Positive(t, moved, "some placements by load left their rendezvous home")
+
 	// A successor (a reload) goes on from where the run stood.
 	placeNew(s, rs, run)
 	succ := mustStrategy(t, "prefix_load", Options{Peers: PeersSome, UniqueRun: run})
