@@ -64,9 +64,11 @@ func snapshotPolicies() []stateapi.Policy {
 
 // status is the policy's entry in /llm_route/state.
 func (p *LLMSelection) status() stateapi.Policy {
-	peers := ""
+	peers, fresh, run := "", "", 0
 	if ps, ok := p.strategy.(policies.PeerSensor); ok {
 		peers = map[bool]string{false: "none", true: "some"}[ps.Peers()]
+		fresh = map[bool]string{false: "load", true: "home"}[ps.HomesNewPrefixes()]
+		run = p.opts.UniqueRun
 	}
 	return stateapi.Policy{
 		Strategy: p.strategy.Name(), MaxInFlight: p.MaxInFlight, QueueSize: p.QueueSize,
@@ -77,7 +79,7 @@ func (p *LLMSelection) status() stateapi.Policy {
 		CooldownMax:      time.Duration(p.CooldownMax),
 		DialTimeoutFails: p.DialTimeoutFails, StatusFails: p.StatusFails, EngineMetrics: p.EngineMetrics != nil,
 		SheddableShare: p.SheddableShare, SlotHold: p.holds.status(time.Duration(p.SlotHold)),
-		Peers: peers,
+		Peers: peers, NewPrefixes: fresh, UniqueRun: run,
 	}
 }
 

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -67,4 +68,32 @@ func TestPrefixLoadOptions(t *testing.T) {
 	}
 	bad := LLMSelection{Peers: "many", BalanceFactor: 1.5}
 	assert.ErrorContains(t, bad.Validate(), "peers")
+}
+
+// TestStateShowsNewPrefixPlacement proves /llm_route/state tells where
+// prefix_load sends new prefixes: to their rendezvous home with peers,
+// by load once unique_run requests in a row found nothing seen before,
+// by load alone; nothing for a strategy without homes.
+func TestStateShowsNewPrefixPlacement(t *testing.T) {
+	p := LLMSelection{Peers: "some", UniqueRun: 3}
+	require.NoError(t, p.setup())
+	st := p.status()
+	assert.Equal(t, "home", st.NewPrefixes)
+	assert.Equal(t, 3, st.UniqueRun)
+	rs := make([]policies.Replica, 4)
+	for i := range rs {
+		rs[i] = policies.Replica{Addr: "10.0.0." + strconv.Itoa(i+1) + ":8000", EngineWaiting: -1, EngineRunning: -1, KVUsage: -1, Index: policies.NewIndex(64)}
+	}
+	for k := range uint64(3) {
+		p.strategy.Pick(policies.Keys{Leading: 1000 + k, Blocks: []uint64{2000 + k}, LeadingBlocks: 1}, rs)
+	}
+	assert.Equal(t, "load", p.status().NewPrefixes, "three new prefixes in a row: by load")
+
+	alone := LLMSelection{Peers: "none"}
+	require.NoError(t, alone.setup())
+	assert.Equal(t, "load", alone.status().NewPrefixes)
+	assert.Equal(t, policies.DefaultUniqueRun, alone.status().UniqueRun)
+	rr := LLMSelection{Strategy: "round_robin"}
+	require.NoError(t, rr.setup())
+	assert.Empty(t, rr.status().NewPrefixes)
 }

@@ -243,6 +243,17 @@ func (s *prefixLoad) Peers() bool {
 	return s.mem.Load().sense.peers.Load()
 }
 
+// HomesNewPrefixes implements PeerSensor: whether a new prefix now goes to
+// its rendezvous home when that is near (peers, no Directory, and no run
+// of Options.UniqueRun requests that found nothing seen before), or, with
+// ColdChoices 1 and 2, to its home or second rank whatever the traffic.
+func (s *prefixLoad) HomesNewPrefixes() bool {
+	if s.opts.ColdChoices != 0 {
+		return s.opts.ColdChoices < 3
+	}
+	return !s.shared && s.Peers() && !s.mem.Load().returns.unique(s.opts.UniqueRun)
+}
+
 // HomeKey is the key a prefix's home is ranked by: the leading key when
 // the leading run (the system and developer messages) covers at least one
 // block, else

@@ -161,7 +161,11 @@ type CheckObserver interface {
 }
 
 // PeerSensor is a Strategy that tells whether it treats the replicas as
-// shared with other routers (configured, or inferred from the engines).
+// shared with other routers (configured, or inferred from the engines),
+// and whether it now sends new prefixes to their rendezvous home (with
+// peers and no Directory, unless its traffic has shared nothing for
+// Options.UniqueRun requests).
 type PeerSensor interface {
 	Peers() bool
+	HomesNewPrefixes() bool
 }

@@ -154,6 +154,14 @@ type Policy struct {
 	// until then it shows a fresh policy's "some". Absent for the other
 	// strategies.
 	Peers string `json:"peers,omitempty"`
+	// NewPrefixes is, for prefix_load, where a prefix no replica is
+	// believed to hold goes now: "home" (its rendezvous home while that is
+	// near: with peers and no homes_directory) or "load" (placed by load:
+	// alone, with a directory, or once UniqueRun requests in a row found
+	// nothing seen before). Absent for the other strategies.
+	NewPrefixes string `json:"new_prefixes,omitempty"`
+	// UniqueRun is prefix_load's unique_run setting (-1: never).
+	UniqueRun int `json:"unique_run,omitempty"`
 }
 
 // SlotHold is a policy's slot_hold: its bound, the estimates its decision

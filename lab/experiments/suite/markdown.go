@@ -60,6 +60,21 @@ func SummaryMarkdown(rec *StandardRecord, sweep *SweepRecord) string {
 	return b.String()
 }
 
+// writeHead writes a Markdown table's header: the first columns' cells and
+// separators as given (e.g. "| workload | routers |" and "|---|---:|"),
+// then one right-aligned column per name.
+func writeHead(b *strings.Builder, first, sep string, names []string) {
+	b.WriteString(first)
+	for _, n := range names {
+		fmt.Fprintf(b, " %s |", n)
+	}
+	b.WriteString("\n" + sep)
+	for range names {
+		b.WriteString("---:|")
+	}
+	b.WriteString("\n")
+}
+
 // SweepTable renders one table per workload: rows are policies, columns
 // the knob's values.
 func SweepTable(rec *SweepRecord, cell func(SweepPoint) string) string {
@@ -81,15 +96,12 @@ func SweepTable(rec *SweepRecord, cell func(SweepPoint) string) string {
 	vals := append([]float64(nil), rec.Values...)
 	sort.Float64s(vals)
 	for _, kind := range kinds {
-		fmt.Fprintf(&b, "**%s** (%s)\n\n| policy |", kind, rec.Knob)
-		for _, v := range vals {
-			fmt.Fprintf(&b, " %g |", v)
+		fmt.Fprintf(&b, "**%s** (%s)\n\n", kind, rec.Knob)
+		cols := make([]string, len(vals))
+		for i, v := range vals {
+			cols[i] = fmt.Sprintf("%g", v)
 		}
-		b.WriteString("\n|---|")
-		for range vals {
-			b.WriteString("---:|")
-		}
-		b.WriteString("\n")
+		writeHead(&b, "| policy |", "|---|", cols)
 		for _, p := range sim.Policies {
 			fmt.Fprintf(&b, "| %s |", p)
 			for _, v := range vals {

@@ -275,15 +275,7 @@ func GoalsMarkdown(std *StandardRecord, goals []Goal) string {
 		"Commit `%s`, seed %d%s, %d requests per run. **bold** = missed. Per-seed figures at 4,000 requests: variants.md.\n\n",
 		std.Commit, std.Seed, map[bool]string{true: ", quick (scaled-down) run", false: ""}[std.Quick], std.Standard.Requests)
 	names := []string{GoalTail, GoalMedian, GoalHit, GoalAgreement, GoalSecond, GoalScale}
-	b.WriteString("| workload | routers |")
-	for _, n := range names {
-		fmt.Fprintf(&b, " %s |", n)
-	}
-	b.WriteString("\n|---|---:|")
-	for range names {
-		b.WriteString("---:|")
-	}
-	b.WriteString("\n")
+	writeHead(&b, "| workload | routers |", "|---|---:|", names)
 	type key struct {
 		w string
 		n int

@@ -271,16 +271,8 @@ func variantGoalsMarkdown(rec *VariantsRecord) string {
 	names := []string{GoalTail, GoalMedian, GoalHit, GoalAgreement, GoalScale}
 	var b strings.Builder
 	b.WriteString("\n## Issue 18's goals per seed\n\nEvery goal of goals.md, per workload, router count and seed, with each variant in prefix_load's place " +
-		"(the references are the same cell's round_robin, least_load, prefix_affinity, oracle and prefix_load). Checks missed:\n\n" +
-		"| variant | checks | missed |")
-	for _, n := range names {
-		fmt.Fprintf(&b, " %s |", n)
-	}
-	b.WriteString("\n|---|---:|---:|")
-	for range names {
-		b.WriteString("---:|")
-	}
-	b.WriteString("\n")
+		"(the references are the same cell's round_robin, least_load, prefix_affinity, oracle and prefix_load). Checks missed:\n\n")
+	writeHead(&b, "| variant | checks | missed |", "|---|---:|---:|", names)
 	for _, v := range rec.Variants {
 		checks, missed, by := 0, 0, map[string]int{}
 		for _, g := range goals[v.Name] {
