@@ -76,6 +76,7 @@ type options struct {
 	skipMatrix   bool
 	profileDir   string
 	profileSecs  int
+	profileSize  int
 	out          string
 	md           string
 	pin          bool
@@ -107,7 +108,8 @@ func main() {
 	maxInFlight := flag.Int("max-in-flight", 4096, "llmroute max_in_flight per replica")
 	skipConc := flag.Bool("skip-concurrency", false, "skip the concurrency test")
 	skipMatrix := flag.Bool("skip-matrix", false, "skip the throughput/latency matrix")
-	profileDir := flag.String("profile", "", "after the run, profile caddy and llm_prefix_load under 4 KiB load via /debug/pprof and write profiles and pprof -top output here")
+	profileDir := flag.String("profile", "", "after the run, profile caddy and llm_prefix_load under load (-profile-size prompts) via /debug/pprof and write profiles and pprof -top output here")
+	profileSize := flag.Int("profile-size", 4096, "prompt size in bytes of the -profile load")
 	profileSecs := flag.Int("profile-seconds", 10, "seconds per CPU profile")
 	out := flag.String("out", "", "results JSON (default bench/results.json, quick bench/results-quick.json)")
 	md := flag.String("md", "", "results Markdown table (default bench/results.md, quick bench/results-quick.md)")
@@ -128,7 +130,7 @@ func main() {
 
 	o := options{quick: *quick, rounds: *rounds, slices: *slices, dur: *dur, latDur: *latDur, rate: *rate, conc: *conc,
 		nUpstreams: *nUp, streams: *streams, streamIv: *streamIv, hold: *hold, streamPrompt: *streamPrompt, maxInFlight: *maxInFlight,
-		skipConc: *skipConc, skipMatrix: *skipMatrix, profileDir: *profileDir, profileSecs: *profileSecs,
+		skipConc: *skipConc, skipMatrix: *skipMatrix, profileDir: *profileDir, profileSecs: *profileSecs, profileSize: *profileSize,
 		out: *out, md: *md, pin: *pin, build: *build && *caddyBin == "", caddyBin: *caddyBin, keep: *keep}
 	o.warm = 400 * time.Millisecond
 	def := func(v *int, full, q int) {

@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// runProfiles loads stock Caddy and llm_prefix_load with 4 KiB requests,
-// streamed and not, and fetches from Caddy's admin endpoint a CPU profile
+// runProfiles loads stock Caddy and llm_prefix_load with requests of
+// o.profileSize bytes (4 KiB by default), streamed and not, and fetches from Caddy's admin endpoint a CPU profile
 // and an allocation profile (a delta over the same seconds) of each. It
 // writes the profiles and `go tool pprof -top` of each to dir.
 func runProfiles(env *benchEnv, o options) error {
@@ -33,8 +33,8 @@ func runProfiles(env *benchEnv, o options) error {
 			return err
 		}
 		for _, stream := range []bool{false, true} {
-			w := makeWorkload(4096, stream)
-			base := filepath.Join(o.profileDir, fmt.Sprintf("%s_4k_%s", name, map[bool]string{false: "json", true: "sse"}[stream]))
+			w := makeWorkload(o.profileSize, stream)
+			base := filepath.Join(o.profileDir, fmt.Sprintf("%s_%dk_%s", name, o.profileSize>>10, map[bool]string{false: "json", true: "sse"}[stream]))
 			cl := newClient(2*o.conc + 64)
 			closedLoop(cl, t.url, w, o.conc, time.Second, 0)
 			var wg sync.WaitGroup
