@@ -157,9 +157,11 @@ type LLMSelection struct {
 	// in a row that find no prefix this router has seen before (none
 	// believed cached, none with a home) make prefix_load place new
 	// prefixes by load, as a lone router does, instead of at their
-	// rendezvous home, until a prefix comes back: traffic that shares
-	// nothing gains nothing from the home and pays for it at the tail.
-	// Default 64; -1: never (the rendezvous home whatever the traffic).
+	// rendezvous home, until a prefix comes back: one this router has
+	// seen, or one it believed cold that the engine reports at least half
+	// cached (another router placed it). Traffic that shares nothing gains
+	// nothing from the home and pays for it at the tail. Default 64; -1:
+	// never (the rendezvous home whatever the traffic).
 	UniqueRun int `json:"unique_run,omitempty"`
 
 	// HomesDirectory, when set, shares where each new prefix was first
