@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
 	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
 )
 
@@ -32,11 +33,11 @@ import (
 //     new prefix goes home unless that has more prefill pending than half
 //     its own prompt beyond the least-loaded replica's), one at a time
 //     they must agree on >= 99% too (nothing is pending). Each instance
-//     meets every prompt once, a run of 200 prompts it has never seen:
-//     that it keeps the peer rule (unique_run 64 would place them by load
-//     as traffic that shares nothing) is because the replicas report half
-//     of the prompts it believed cold as cached, placed there by the
-//     other instance. 16 at a time
+//     meets every prompt once, a run of 200 prompts it has never seen,
+//     and must still send new prefixes home at the end (state:
+//     new_prefixes "home"), not by load as traffic that shares nothing
+//     (unique_run 64): the replicas report half of the prompts it
+//     believed cold as cached, placed there by the other instance. 16 at a time
 //     each instance's own pending prefill moves new prefixes (about 50%
 //     here; logged only: the default trades first-placement agreement for
 //     the tail, and a prefix's later requests go to its rendezvous home;
@@ -142,6 +143,18 @@ func twoInstances(t *testing.T, workers, coldChoices int, coldFactor, minAgreeme
 	agreement := float64(same) / tenants
 	t.Logf("two instances agreed on %d/%d cold prefixes (%.1f%%); homes per replica %v", same, tenants, 100*agreement, homes)
 	assert.GreaterOrEqual(t, agreement, minAgreement)
+	if coldChoices == 0 && workers == 1 {
+		// Each instance met 200 prompts it had never seen, past unique_run
+		// (64); it still sends new prefixes home because the replicas
+		// reported half of the prompts it believed cold as cached (the
+		// other instance's placements). Agreement alone would not show it:
+		// two instances placing by load one request at a time rotate over
+		// the replicas in step.
+		for name, st := range map[string]stateapi.State{"A": e.state(), "B": eb.state()} {
+			require.Len(t, st.Policies, 1, name)
+			assert.Equal(t, "home", st.Policies[0].NewPrefixes, "instance %s places new prefixes by load", name)
+		}
+	}
 	assert.Len(t, homes, 4, "cold prefixes should spread over every replica")
 	_, err := b.WaitIdle(context.Background(), 5*time.Second)
 	require.NoError(t, err, "instance B leaked a reservation")
