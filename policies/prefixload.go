@@ -251,7 +251,14 @@ func (s *prefixLoad) HomesNewPrefixes() bool {
 	if s.opts.ColdChoices != 0 {
 		return s.opts.ColdChoices < 3
 	}
-	return !s.shared && s.Peers() && !s.mem.Load().returns.unique(s.opts.UniqueRun)
+	return !s.shared && s.betsHome(s.mem.Load(), s.Peers())
+}
+
+// betsHome reports whether a new prefix goes to its rendezvous home when
+// that is near, the directory aside: with peers, unless the router's last
+// Options.UniqueRun keyed requests found nothing seen before.
+func (s *prefixLoad) betsHome(mem *memory, peers bool) bool {
+	return peers && !mem.returns.unique(s.opts.UniqueRun)
 }
 
 // HomeKey is the key a prefix's home is ranked by: the leading key when
@@ -445,21 +452,21 @@ func (s *prefixLoad) pick(mem *memory, keys Keys, replicas []Replica) int {
 	// placement is not provisional either: should the prefix come back,
 	// it stays where its cache is, as it would alone.
 	h := &replicas[coldHome]
-	unique := mem.returns.unique(s.opts.UniqueRun)
+	bet := s.betsHome(mem, peers)
 	nearHome := h.PendingPrefill <= replicas[coolest].PendingPrefill+slack &&
-		h.EngineWaiting <= 0 && h.KVUsage < kvFull && !unique
+		h.EngineWaiting <= 0 && h.KVUsage < kvFull
 	choice := s.settled(mem.sent, replicas, hk, coolest, slack, bound, minLoad)
-	if peers && !s.shared && nearHome {
+	if bet && !s.shared && nearHome {
 		choice = coldHome
 	}
 	won, ok := homes.Claim(hk, replicas[choice].Addr)
-	if peers && !s.shared && choice != coldHome && !unique {
+	if bet && !s.shared && choice != coldHome {
 		mem.provisional.Learn(hk, replicas[choice].Addr)
 	}
 	switch {
 	case !ok:
 		// The shared directory did not answer: as with no directory.
-		if peers && nearHome {
+		if bet && nearHome {
 			return coldHome
 		}
 	case won != replicas[choice].Addr:
