@@ -11,9 +11,10 @@ import (
 )
 
 // runProfiles loads stock Caddy and llm_prefix_load with requests of
-// o.profileSize bytes (4 KiB by default), streamed and not, and fetches from Caddy's admin endpoint a CPU profile
-// and an allocation profile (a delta over the same seconds) of each. It
-// writes the profiles and `go tool pprof -top` of each to dir.
+// o.profileSize bytes (4 KiB by default), streamed and not, and fetches
+// from Caddy's admin endpoint a CPU profile and an allocation profile (a
+// delta over the same seconds) of each. It writes the profiles and `go
+// tool pprof -top` of each to dir.
 func runProfiles(env *benchEnv, o options) error {
 	if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
 		return err
