@@ -77,6 +77,8 @@ type options struct {
 	profileDir   string
 	profileSecs  int
 	profileSize  int
+	// profileTargets are the targets -profile loads, in order.
+	profileTargets []string
 	out          string
 	md           string
 	pin          bool
@@ -110,6 +112,7 @@ func main() {
 	skipMatrix := flag.Bool("skip-matrix", false, "skip the throughput/latency matrix")
 	profileDir := flag.String("profile", "", "after the run, profile caddy and llm_prefix_load under load (-profile-size prompts) via /debug/pprof and write profiles and pprof -top output here")
 	profileSize := flag.Int("profile-size", 4096, "prompt size in bytes of the -profile load")
+	profileTargets := flag.String("profile-targets", "caddy,llm_prefix_load", "targets -profile loads, in order (any matrix target but direct and haproxy, e.g. llm_prefix_load_nousage)")
 	profileSecs := flag.Int("profile-seconds", 10, "seconds per CPU profile")
 	out := flag.String("out", "", "results JSON (default bench/results.json, quick bench/results-quick.json)")
 	md := flag.String("md", "", "results Markdown table (default bench/results.md, quick bench/results-quick.md)")
@@ -130,7 +133,7 @@ func main() {
 
 	o := options{quick: *quick, rounds: *rounds, slices: *slices, dur: *dur, latDur: *latDur, rate: *rate, conc: *conc,
 		nUpstreams: *nUp, streams: *streams, streamIv: *streamIv, hold: *hold, streamPrompt: *streamPrompt, maxInFlight: *maxInFlight,
-		skipConc: *skipConc, skipMatrix: *skipMatrix, profileDir: *profileDir, profileSecs: *profileSecs, profileSize: *profileSize,
+		skipConc: *skipConc, skipMatrix: *skipMatrix, profileDir: *profileDir, profileSecs: *profileSecs, profileSize: *profileSize, profileTargets: splitList(*profileTargets),
 		out: *out, md: *md, pin: *pin, build: *build && *caddyBin == "", caddyBin: *caddyBin, keep: *keep}
 	o.warm = 400 * time.Millisecond
 	def := func(v *int, full, q int) {
@@ -177,14 +180,26 @@ func main() {
 			fatalf("bad -modes %q", *modes)
 		}
 	}
-	for _, t := range strings.Split(*targets, ",") {
-		if t = strings.TrimSpace(t); t != "" {
-			o.targets = append(o.targets, t)
+	o.targets = splitList(*targets)
+	for _, t := range o.profileTargets {
+		if t == "direct" || t == "haproxy" || !(t == "caddy" || isLLM(t)) {
+			fatalf("bad -profile-targets %q: caddy or llm_* targets only", *profileTargets)
 		}
 	}
 	if err := run(o); err != nil {
 		fatalf("%v", err)
 	}
+}
+
+// splitList splits a comma-separated flag, leaving out empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, t := range strings.Split(v, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 func fatalf(format string, args ...any) {

@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// runProfiles loads stock Caddy and llm_prefix_load with requests of
+// runProfiles loads each of o.profileTargets (stock Caddy and
+// llm_prefix_load by default) with requests of
 // o.profileSize bytes (4 KiB by default), streamed and not, and fetches
 // from Caddy's admin endpoint a CPU profile and an allocation profile (a
 // delta over the same seconds) of each. It writes the profiles and `go
@@ -20,16 +21,9 @@ func runProfiles(env *benchEnv, o options) error {
 		return err
 	}
 	secs := o.profileSecs
-	for _, name := range []string{"caddy", "llm_prefix_load"} {
+	for _, name := range o.profileTargets {
 		pname := "prof_" + name
-		env.adminAddrs[pname], env.listenAddrs[pname] = freeAddr(), freeAddr()
-		var cf string
-		if name == "caddy" {
-			cf = stockCaddyfile(env.adminAddrs[pname], env.listenAddrs[pname], env.upstreams)
-		} else {
-			cf = llmCaddyfile(env.adminAddrs[pname], env.listenAddrs[pname], env.upstreams, "prefix_load", o.maxInFlight, true)
-		}
-		t, err := startCaddyTarget(env, pname, cf)
+		t, err := startTargetAs(env, pname, name, o.maxInFlight)
 		if err != nil {
 			return err
 		}

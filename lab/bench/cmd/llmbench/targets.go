@@ -100,9 +100,15 @@ func startHAProxyTarget(env *benchEnv, name string) (*target, error) {
 
 // startTarget starts the named target.
 func startTarget(env *benchEnv, name string, maxInFlight int) (*target, error) {
-	full := name
-	if env.adminAddrs[name] == "" {
-		env.adminAddrs[name], env.listenAddrs[name] = freeAddr(), freeAddr()
+	return startTargetAs(env, name, name, maxInFlight)
+}
+
+// startTargetAs starts target name as the process full: its addresses,
+// work folder and binary are full's (the profiles run a second process
+// of a matrix target).
+func startTargetAs(env *benchEnv, full, name string, maxInFlight int) (*target, error) {
+	if env.adminAddrs[full] == "" {
+		env.adminAddrs[full], env.listenAddrs[full] = freeAddr(), freeAddr()
 	}
 	base, _, _ := strings.Cut(name, "@") // llm_prefix_load@<binary>: another caddy build
 	switch name := base; {
