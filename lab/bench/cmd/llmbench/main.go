@@ -79,12 +79,12 @@ type options struct {
 	profileSize  int
 	// profileTargets are the targets -profile loads, in order.
 	profileTargets []string
-	out          string
-	md           string
-	pin          bool
-	build        bool
-	caddyBin     string
-	keep         bool
+	out            string
+	md             string
+	pin            bool
+	build          bool
+	caddyBin       string
+	keep           bool
 }
 
 const defaultTargets = "direct,caddy,llm_round_robin,llm_prefix_affinity,llm_least_load,llm_prefix_load,haproxy"
