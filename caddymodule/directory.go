@@ -80,7 +80,8 @@ func homesDirectory(cfg HomesDirectoryConfig, logger *zap.Logger) (*redisHomes, 
 	return got.(*redisHomes), nil
 }
 
-// redisHomes is a policies.Directory in Valkey or Redis.
+// redisHomes is a policies.HomeStore in Valkey or Redis, and the
+// policies.Directory over it (dir: the answers it gave, cached).
 type redisHomes struct {
 	addr     string
 	password string
@@ -90,8 +91,8 @@ type redisHomes struct {
 	timeout  time.Duration
 	logger   *zap.Logger
 
-	// cache holds the homes the store answered, for Home.
-	cache *policies.HomeTable
+	// dir caches the homes the store answered, for Home.
+	dir *policies.StoreDirectory
 	// downUntil (unix nanoseconds) is when the store may be tried again.
 	downUntil atomic.Int64
 	warned    atomic.Bool
@@ -112,7 +113,8 @@ func newRedisHomes(cfg HomesDirectoryConfig, logger *zap.Logger) (*redisHomes, e
 		return nil, fmt.Errorf("homes_directory: want redis://host:port[/db], got %q", cfg.URL)
 	}
 	d := &redisHomes{addr: u.Host, prefix: cfg.KeyPrefix, ttlMS: strconv.FormatInt(time.Duration(cfg.TTL).Milliseconds(), 10),
-		timeout: time.Duration(cfg.Timeout), logger: logger, cache: policies.NewHomeTable(0)}
+		timeout: time.Duration(cfg.Timeout), logger: logger}
+	d.dir = policies.NewStoreDirectory(d)
 	if _, _, err := net.SplitHostPort(d.addr); err != nil {
 		d.addr = net.JoinHostPort(d.addr, "6379")
 	}
@@ -131,11 +133,16 @@ func newRedisHomes(cfg HomesDirectoryConfig, logger *zap.Logger) (*redisHomes, e
 }
 
 // Home returns the home the store gave for key, from the cache.
-func (d *redisHomes) Home(key uint64) (string, bool) { return d.cache.Home(key) }
+func (d *redisHomes) Home(key uint64) (string, bool) { return d.dir.Home(key) }
 
-// Claim records addr as key's home unless the store has one, and returns
-// the store's answer; ok is false when the store did not answer.
-func (d *redisHomes) Claim(key uint64, addr string) (string, bool) {
+// Claim records addr as key's home unless the store has one, caches the
+// store's answer and returns it; ok is false when the store did not
+// answer.
+func (d *redisHomes) Claim(key uint64, addr string) (string, bool) { return d.dir.Claim(key, addr) }
+
+// ClaimHome implements policies.HomeStore: SET NX GET, unless the store
+// failed within the last directoryDownFor.
+func (d *redisHomes) ClaimHome(key uint64, addr string) (string, bool) {
 	if time.Now().UnixNano() < d.downUntil.Load() {
 		return "", false
 	}
@@ -151,12 +158,10 @@ func (d *redisHomes) Claim(key uint64, addr string) (string, bool) {
 	if d.warned.Swap(false) {
 		d.logger.Info("homes directory available again", zap.String("addr", d.addr))
 	}
-	home := addr
 	if !isNil {
-		home = val
+		return val, true
 	}
-	d.cache.Learn(key, home)
-	return home, true
+	return addr, true
 }
 
 // do sends one command and reads a bulk or simple string reply (isNil
@@ -265,4 +270,7 @@ func readReply(r *bufio.Reader) (string, bool, error) {
 }
 
 // Interface guards
-var _ policies.Directory = (*redisHomes)(nil)
+var (
+	_ policies.Directory = (*redisHomes)(nil)
+	_ policies.HomeStore = (*redisHomes)(nil)
+)

@@ -104,6 +104,44 @@ func (t *HomeTable) Learn(key uint64, addr string) {
 	t.mu.Unlock()
 }
 
+// HomeStore is the store several routers share a Directory through
+// (Valkey or Redis in the module, a map in the simulator): one atomic
+// set-if-absent per new prefix, and nothing else.
+type HomeStore interface {
+	// ClaimHome records addr as key's home unless one is recorded, and
+	// returns the recorded home (addr when this call recorded it); ok is
+	// false when the store did not answer.
+	ClaimHome(key uint64, addr string) (home string, ok bool)
+}
+
+// StoreDirectory is a router's Directory over a shared HomeStore. Claim
+// asks the store; Home answers from the store's answers this router has
+// received, with no round trip. So a router learns a prefix's home from
+// its own Claim: its first request of a prefix another router placed
+// takes the prefix for new, claims, and is told where it lives.
+type StoreDirectory struct {
+	store HomeStore
+	cache *HomeTable
+}
+
+// NewStoreDirectory returns a Directory over store with an empty cache.
+func NewStoreDirectory(store HomeStore) *StoreDirectory {
+	return &StoreDirectory{store: store, cache: NewHomeTable(0)}
+}
+
+// Home returns the home the store gave this router for key.
+func (d *StoreDirectory) Home(key uint64) (string, bool) { return d.cache.Home(key) }
+
+// Claim asks the store to record addr as key's home unless it has one,
+// and caches its answer; ok is false when the store did not answer.
+func (d *StoreDirectory) Claim(key uint64, addr string) (string, bool) {
+	home, ok := d.store.ClaimHome(key, addr)
+	if ok {
+		d.cache.Learn(key, home)
+	}
+	return home, ok
+}
+
 // PeerMode says whether other clients (router instances) send to the same
 // replicas.
 type PeerMode int

@@ -294,31 +294,93 @@ func TestPrefixLoadNewPrefixQueuedHome(t *testing.T) {
 // where the first instance to see it placed it by load, so the second
 // agrees on its first placement even when its own view would choose
 // elsewhere.
+// mapStore is a HomeStore in memory, as Valkey's SET NX GET answers; down
+// makes it fail.
+type mapStore struct {
+	homes  map[uint64]string
+	claims int
+	down   bool
+}
+
+func newMapStore() *mapStore { return &mapStore{homes: map[uint64]string{}} }
+
+func (m *mapStore) ClaimHome(key uint64, addr string) (string, bool) {
+	m.claims++
+	if m.down {
+		return "", false
+	}
+	if h, ok := m.homes[key]; ok {
+		return h, true
+	}
+	m.homes[key] = addr
+	return addr, true
+}
+
+// TestStoreDirectory: Home answers only what this router's own claims
+// were told; Claim asks the store every time and caches its answer; a
+// store that does not answer teaches nothing.
+func TestStoreDirectory(t *testing.T) {
+	store := newMapStore()
+	a, b := NewStoreDirectory(store), NewStoreDirectory(store)
+	got, ok := a.Claim(7, "a:1")
+	require.True(t, ok)
+	assert.Equal(t, "a:1", got)
+	h, ok := a.Home(7)
+	assert.True(t, ok)
+	assert.Equal(t, "a:1", h)
+	_, ok = b.Home(7)
+	assert.False(t, ok, "b has not asked the store about key 7")
+	got, ok = b.Claim(7, "b:1")
+	require.True(t, ok)
+	assert.Equal(t, "a:1", got, "the store's first claim wins")
+	h, _ = b.Home(7)
+	assert.Equal(t, "a:1", h, "b learnt a's home from its claim")
+	assert.Equal(t, 2, store.claims)
+
+	store.down = true
+	_, ok = b.Claim(8, "b:1")
+	assert.False(t, ok)
+	_, ok = b.Home(8)
+	assert.False(t, ok, "a failed claim teaches nothing")
+	h, _ = b.Home(7)
+	assert.Equal(t, "a:1", h, "what was learnt stays")
+}
+
+// TestPrefixLoadSharedDirectory: two routers, each with its own view of
+// the replicas and its own StoreDirectory over one store (as two caddy
+// instances with one Valkey). The second router's first request of every
+// prefix follows the first router's placement by load, also where its
+// own view would have placed it elsewhere, or would have taken a detour
+// from a home it took from its cache.
 func TestPrefixLoadSharedDirectory(t *testing.T) {
-	dir := NewHomeTable(0)
-	a := mustStrategy(t, "prefix_load", Options{Seed: 1, Peers: PeersSome, Directory: dir})
-	b := mustStrategy(t, "prefix_load", Options{Seed: 2, Peers: PeersSome, Directory: dir})
+	store := newMapStore()
+	a := mustStrategy(t, "prefix_load", Options{Seed: 1, Peers: PeersSome, Directory: NewStoreDirectory(store)})
+	b := mustStrategy(t, "prefix_load", Options{Seed: 2, Peers: PeersSome, Directory: NewStoreDirectory(store)})
 	ra, rb := replicas(8), replicas(8)
 	for i := range ra {
 		ra[i].PendingPrefill = (i * 37 % 8) * 1000
-		// b's queues differ by less than the slack (half of 2000 bytes),
-		// so b follows the directory rather than taking a detour.
-		rb[i].PendingPrefill = ((7 - i) * 53 % 8) * 100
+		// b's queues differ by up to 7 prompts of 2000 bytes: past the
+		// detour slack (1.5 prompts).
+		rb[i].PendingPrefill = ((7 - i) * 53 % 8) * 2000
 	}
-	followed, ownChoiceDiffers := 0, 0
+	ownChoiceDiffers, pastDetour := 0, 0
 	for k := uint64(1); k <= 200; k++ {
 		keys := Keys{Leading: mix64(k), Blocks: []uint64{mix64(k + 1e6)}, LeadingBlocks: 1, Bytes: 2000}
 		pa := a.Pick(keys, ra)
 		alone := mustStrategy(t, "prefix_load", Options{Peers: PeersNone}).Pick(keys, rb)
 		pb := b.Pick(keys, rb)
 		require.Equal(t, pa, pb, "key %d", k)
-		followed++
 		if alone != pa {
 			ownChoiceDiffers++
 		}
+		if rb[pa].PendingPrefill > 2000*3/2 { // b's least is 0
+			pastDetour++
+		}
 	}
-	t.Logf("%d keys followed, %d where b alone would have chosen otherwise", followed, ownChoiceDiffers)
+	t.Logf("200 keys followed, %d where b alone would have chosen otherwise, %d past b's detour slack", ownChoiceDiffers, pastDetour)
 	assert.GreaterOrEqual(t, ownChoiceDiffers, 100, "the views must disagree for agreement to mean something")
+	assert.Positive(t, pastDetour, "some of a's homes must be past b's detour slack")
+	assert.Equal(t, 400, store.claims, "one claim per prefix and router")
 }
 
 // TestPrefixLoadNewPrefixSpreads sends one-off prefixes to a lone router,

@@ -75,9 +75,11 @@ type Config struct {
 	IgnorePrefilling bool `json:"ignore_prefilling,omitempty"`
 	// KeepSamples keeps every request's TTFT and latency in the Result.
 	KeepSamples bool `json:"-"`
-	// SharedHomes gives every router's prefix_load one shared table of
-	// homes (policies.Options.Directory), as a shared store such as
-	// Valkey would: the reference for what shared state adds.
+	// SharedHomes gives the routers' prefix_load one shared store of
+	// homes, as the module's homes_directory does with Valkey: each
+	// router has its own policies.StoreDirectory (Home answers what its
+	// own claims were told) over one exact store (homeStore; a TTL past
+	// the run). The reference for what shared state adds.
 	SharedHomes bool `json:"shared_homes,omitempty"`
 	// IndexAnswers adds what each answer streamed to the index of the
 	// replica that generated it (policies.NewAnswer), as the module's
@@ -207,10 +209,14 @@ func newSim(cfg Config, w *workload.Workload) (*Sim, error) {
 		s.reps = append(s.reps, &replica{addr: fmt.Sprintf("replica-%02d:8000", i), eng: e})
 	}
 	opts := cfg.Options
+	var store *homeStore
 	if cfg.SharedHomes {
-		opts.Directory = policies.NewHomeTable(0)
+		store = &homeStore{homes: map[uint64]string{}}
 	}
 	for r := range cfg.Routers {
+		if store != nil {
+			opts.Directory = policies.NewStoreDirectory(store)
+		}
 		p, err := newPicker(cfg.Policy, opts, cfg.Seed+uint64(r)*0x9e3779b97f4a7c15, engines)
 		if err != nil {
 			return nil, err

@@ -84,9 +84,9 @@ func UniqueShares(quick bool) []float64 {
 	return []float64{0, 0.25, 0.5, 0.75, 1}
 }
 
-// SharedHomesPolicy names prefix_load with one table of homes shared by
-// the routers (what homes_directory adds) in the mixed sweep's
-// several-router cells.
+// SharedHomesPolicy names prefix_load with one store of homes shared by
+// the routers (what homes_directory adds: sim.Config.SharedHomes) in the
+// mixed sweep's several-router cells.
 const SharedHomesPolicy = "prefix_load shared homes"
 
 // RunMixedSweep moves the mixed workload's unique share from 0 to 1, with

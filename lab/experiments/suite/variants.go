@@ -17,8 +17,8 @@ type Variant struct {
 	Name    string           `json:"name"`
 	Policy  string           `json:"policy"`
 	Options policies.Options `json:"options"`
-	// SharedHomes gives the routers one shared table of homes (what a
-	// Valkey/Redis directory would add).
+	// SharedHomes gives the routers one shared store of homes, as a
+	// Valkey/Redis homes_directory does (sim.Config.SharedHomes).
 	SharedHomes bool `json:"shared_homes,omitempty"`
 	// NoAnswers leaves answers out of the index.
 	NoAnswers bool   `json:"no_answers,omitempty"`
@@ -53,7 +53,7 @@ var Variants = []Variant{
 		Doc: "a request always goes where its prefix belongs (within the load bound), however much prefill is queued there: the rule before detours"},
 	{Name: "no answers", Policy: "prefix_load", NoAnswers: true, Doc: "answers not indexed"},
 	{Name: "shared homes", Policy: "prefix_load", SharedHomes: true,
-		Doc: "one table of homes shared by the routers (policies.Options.Directory): what shared state (Valkey/Redis) would add"},
+		Doc: "one store of homes shared by the routers, each learning a prefix's home from its own claim (policies.StoreDirectory, as homes_directory with Valkey/Redis): what shared state adds"},
 	{Name: "round_robin", Policy: "round_robin", Doc: "reference"},
 	{Name: "least_load", Policy: "least_load", Doc: "reference"},
 	{Name: "prefix_affinity", Policy: "prefix_affinity", Doc: "reference"},
