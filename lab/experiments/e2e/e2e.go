@@ -69,7 +69,7 @@ type Policy struct {
 	Sim policies.Options `json:"-"`
 	// SharedHomes: the policy uses a homes directory, which the run
 	// starts (a Valkey or Redis server) and the simulator models as a
-	// shared table.
+	// shared store (sim.Config.SharedHomes).
 	SharedHomes bool `json:"shared_homes,omitempty"`
 }
 
@@ -165,7 +165,14 @@ type PolicyResult struct {
 	ThroughputTokS  float64            `json:"throughput_tok_s"`
 	LoadShare       map[string]float64 `json:"load_share"`
 	MaxMinLoadRatio float64            `json:"max_min_load_ratio"`
-	ErrorSamples    []string           `json:"error_samples,omitempty"`
+	// With several routers: AgreementKeys leading keys reached at least
+	// two of them, and Agreement is the fraction of those whose first
+	// request at every such router was answered by one replica (the
+	// replica header), the simulator's measure (sim.Agreement) on what the
+	// client saw.
+	AgreementKeys int      `json:"agreement_keys,omitempty"`
+	Agreement     float64  `json:"cold_agreement,omitempty"`
+	ErrorSamples  []string `json:"error_samples,omitempty"`
 }
 
 // SimPoint is the simulator's figures for the same scenario.
@@ -407,7 +414,7 @@ func Run(cfg Config) (*Record, error) {
 			if err != nil {
 				return nil, err
 			}
-			arrivals[i] = Arrival{At: w.Sessions[i].Arrival, Body: req.Body(w.Params.Model), OutputTokens: req.OutputTokens}
+			arrivals[i] = Arrival{At: w.Sessions[i].Arrival, Body: req.Body(w.Params.Model), OutputTokens: req.OutputTokens, Leading: req.Keys.Leading}
 		}
 		logf("%s: %d requests over %s per run at %.1f req/s", kind, len(arrivals), cfg.Duration, rate)
 		for _, n := range cfg.Routers {
@@ -499,7 +506,8 @@ func runOne(cfg Config, rec *Record, tmp, caddyBin string, upstreams []string, r
 	split := rand.New(rand.NewPCG(cfg.Seed, uint64(n)))
 	sent := make([]Arrival, len(arrivals))
 	for i, a := range arrivals {
-		a.URL = urls[split.IntN(n)]
+		a.Router = split.IntN(n)
+		a.URL = urls[a.Router]
 		sent[i] = a
 	}
 	logf("%s, %d router(s), %s: sending", kind, n, pol.Name)
@@ -508,6 +516,9 @@ func runOne(cfg Config, rec *Record, tmp, caddyBin string, upstreams []string, r
 	outs := Generate(ctx, "", sent, time.Duration(rec.Setup.ClientTimeout)*time.Second, replicaHeader)
 	cancel()
 	res := summarize(outs, time.Since(t0))
+	if n > 1 {
+		res.AgreementKeys, res.Agreement = firstAgreement(sent, outs, n)
+	}
 	logf("%s, %d router(s), %s: %d ok, %d errors, %d incomplete, hit %.3f, ttft p50 %.1f p99 %.1f ms", kind, n, pol.Name, res.OK, res.Errors,
 		res.Incomplete, res.TokenHitRate, res.TTFT.P50, res.TTFT.P99)
 	stop()
@@ -524,6 +535,46 @@ func runOne(cfg Config, rec *Record, tmp, caddyBin string, upstreams []string, r
 func simPoint(sr *sim.Result) *SimPoint {
 	return &SimPoint{TokenHitRate: sr.TokenHitRate, TTFTP50Ms: sr.TTFT.P50, TTFTP99Ms: sr.TTFT.P99, E2EP50Ms: sr.E2E.P50,
 		ThroughputTokS: sr.ThroughputTokS, MaxMinLoadRatio: sr.MaxMinLoadRatio, Agreement: sr.Agreement}
+}
+
+// firstAgreement is sim.Agreement over what the client saw: per leading
+// key, the replica that answered each router's first request of it (in
+// arrival order; requests without a replica header are left out). It
+// returns the keys that reached two routers or more and the fraction of
+// them every router sent to one replica.
+func firstAgreement(sent []Arrival, outs []Outcome, routers int) (int, float64) {
+	replica := map[string]int{}
+	places := map[uint64][]int{}
+	var order []uint64
+	for i, a := range sent {
+		o := outs[i]
+		if a.Leading == 0 || o.Replica == "" {
+			continue
+		}
+		r, ok := replica[o.Replica]
+		if !ok {
+			r = len(replica)
+			replica[o.Replica] = r
+		}
+		p := places[a.Leading]
+		if p == nil {
+			p = slices.Repeat([]int{-1}, routers)
+			places[a.Leading] = p
+			order = append(order, a.Leading)
+		}
+		if p[a.Router] < 0 {
+			p[a.Router] = r
+		}
+	}
+	all := make([][]int, 0, len(order))
+	for _, k := range order {
+		all = append(all, places[k])
+	}
+	keys, agreed := sim.Agreement(all)
+	if keys == 0 {
+		return 0, 0
+	}
+	return keys, float64(agreed) / float64(keys)
 }
 
 // summarize turns outcomes into a PolicyResult.
@@ -619,16 +670,20 @@ func Write(jsonPath, mdPath string, rec *Record) error {
 	}
 	for _, kind := range kinds {
 		fmt.Fprintf(&m, "\n## %s\n\n", kind)
-		m.WriteString("| routers | policy | requests | ok | errors | incomplete | hit rate (sim) | TTFT p50 ms (sim) | TTFT p99 ms (sim) | e2e p50 ms (sim) | max/min load (sim) |\n")
-		m.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		m.WriteString("| routers | policy | requests | ok | errors | incomplete | hit rate (sim) | TTFT p50 ms (sim) | TTFT p99 ms (sim) | e2e p50 ms (sim) | max/min load (sim) | agreement on new prefixes (sim) |\n")
+		m.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, r := range rec.Runs {
 			if r.Workload != kind {
 				continue
 			}
 			p, s := r.Result, r.Sim
-			fmt.Fprintf(&m, "| %d | %s | %d | %d | %d | %d | %.3f (%.3f) | %.1f (%.1f) | %.1f (%.1f) | %.0f (%.0f) | %.2f (%.2f) |\n",
+			agree := "-"
+			if p.AgreementKeys > 0 {
+				agree = fmt.Sprintf("%.3f (%.3f) of %d", p.Agreement, s.Agreement, p.AgreementKeys)
+			}
+			fmt.Fprintf(&m, "| %d | %s | %d | %d | %d | %d | %.3f (%.3f) | %.1f (%.1f) | %.1f (%.1f) | %.0f (%.0f) | %.2f (%.2f) | %s |\n",
 				r.Routers, r.Policy, r.Requests, p.OK, p.Errors, p.Incomplete, p.TokenHitRate, s.TokenHitRate, p.TTFT.P50, s.TTFTP50Ms,
-				p.TTFT.P99, s.TTFTP99Ms, p.E2E.P50, s.E2EP50Ms, p.MaxMinLoadRatio, s.MaxMinLoadRatio)
+				p.TTFT.P99, s.TTFTP99Ms, p.E2E.P50, s.E2EP50Ms, p.MaxMinLoadRatio, s.MaxMinLoadRatio, agree)
 		}
 	}
 	return os.WriteFile(mdPath, []byte(m.String()), 0o644)

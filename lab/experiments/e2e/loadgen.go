@@ -78,8 +78,12 @@ type Arrival struct {
 	Body         []byte
 	OutputTokens int
 	// URL, when set, is where this request goes instead of Generate's url
-	// (one of several router instances).
-	URL string
+	// (one of several router instances); Router numbers that instance.
+	URL    string
+	Router int
+	// Leading is the request's leading key (policies.Keys.Leading), for
+	// agreement on first placements.
+	Leading uint64
 }
 
 // Generate sends every arrival at its time (open loop: a slow answer never

@@ -554,9 +554,11 @@ func (s *Sim) placeFirst(f *flight, i int) {
 	}
 }
 
-// agreement counts the keys seen (at that rank: first or second time) by
-// at least two routers, and those every such router sent to one replica.
-func agreement(places [][]int) (keys, agreed int) {
+// Agreement counts the keys seen (at that rank: first or second time) by
+// at least two routers, and those every such router sent to one replica:
+// places holds, per key, the replica each router sent it to (-1: none).
+// The e2e harness applies it to what the client saw.
+func Agreement(places [][]int) (keys, agreed int) {
 	for _, p := range places {
 		seen, agree, at := 0, true, -1
 		for _, i := range p {
@@ -586,8 +588,8 @@ func (s *Sim) finish() *Result {
 	for _, p := range s.firstPlace {
 		first, second = append(first, p[:n]), append(second, p[n:])
 	}
-	r.AgreementKeys, r.agreed = agreement(first)
-	r.SecondAgreementKeys, r.secondAgreed = agreement(second)
+	r.AgreementKeys, r.agreed = Agreement(first)
+	r.SecondAgreementKeys, r.secondAgreed = Agreement(second)
 	for _, rp := range s.reps {
 		st := rp.eng.Stats()
 		r.Preemptions += st.Preemptions
