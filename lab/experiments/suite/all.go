@@ -158,6 +158,11 @@ func Replot(dir string) error {
 				return err
 			}
 		}
+		if name == "routers" || name == "mixed_sweep" {
+			if err := writeFile(filepath.Join(dir, name+".md"), []byte(RoutersMarkdown(&s))); err != nil {
+				return err
+			}
+		}
 		if err := PlotSweep(filepath.Join(dir, "plots"), &s); err != nil {
 			return err
 		}

@@ -355,6 +355,83 @@ func RoutersMarkdown(rec *SweepRecord) string {
 		fmt.Fprintf(&b, "| %s | %g | %d | %d | %s | %.3f | %.1f | %.1f | %.1f | %.2f | %s |\n", pt.Workload, pt.Value, pt.Routers, pt.Seed, pt.Policy,
 			pt.TokenHitRate, pt.TTFTP50Ms, pt.TTFTP90Ms, pt.TTFTP99Ms, pt.MaxMinLoadRatio, agree)
 	}
+	if rec.Experiment == "mixed_sweep" {
+		b.WriteString(mixedGoalsMarkdown(rec))
+	}
+	return b.String()
+}
+
+// MixedSweepGoals evaluates issue 18's goals (goalsOf) per unique share,
+// router count and seed of the mixed sweep, for prefix_load and (with
+// eight routers) prefix_load with shared homes, each against the same
+// cell's references and, with eight routers, prefix_load's hit rate with
+// one router.
+func MixedSweepGoals(rec *SweepRecord) map[string][]Goal {
+	type cell struct {
+		u    float64
+		r    int
+		seed uint64
+	}
+	figs := map[cell]map[string]SweepPoint{}
+	var cells []cell
+	for _, p := range rec.Points {
+		c := cell{p.Value, p.Routers, p.Seed}
+		if figs[c] == nil {
+			figs[c] = map[string]SweepPoint{}
+			cells = append(cells, c)
+		}
+		figs[c][p.Policy] = p
+	}
+	out := map[string][]Goal{}
+	for _, c := range cells {
+		one, hasOne := figs[cell{c.u, 1, c.seed}]["prefix_load"]
+		for _, name := range []string{"prefix_load", SharedHomesPolicy} {
+			pt, ok := figs[c][name]
+			if !ok {
+				continue
+			}
+			for _, g := range goalsOf(fmt.Sprintf("mixed %g", c.u), c.r, pt, figs[c], one, hasOne) {
+				g.Seed = c.seed
+				out[name] = append(out[name], g)
+			}
+		}
+	}
+	return out
+}
+
+// mixedGoalsMarkdown is mixed_sweep.md's section of goal checks.
+func mixedGoalsMarkdown(rec *SweepRecord) string {
+	goals := MixedSweepGoals(rec)
+	var b strings.Builder
+	b.WriteString("\n## Issue 18's goals per seed\n\nThe goals of goals.md per unique share, router count and seed (hit rates against one router's: " +
+		"prefix_load with one router on the same share and seed; no hit-rate check where nothing is shared).\n\n")
+	b.WriteString("| policy | checks | missed |\n|---|---:|---:|\n")
+	for _, name := range []string{"prefix_load", SharedHomesPolicy} {
+		checks, missed := 0, 0
+		for _, g := range goals[name] {
+			if g.Name == GoalSecond {
+				continue
+			}
+			checks++
+			if !g.Met {
+				missed++
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d |\n", name, checks, missed)
+	}
+	for _, name := range []string{"prefix_load", SharedHomesPolicy} {
+		fmt.Fprintf(&b, "\nMisses of `%s`:\n\n", name)
+		none := true
+		for _, g := range goals[name] {
+			if !g.Met {
+				none = false
+				fmt.Fprintf(&b, "- %s unique, %d routers, seed %d: %s %.3f (%s); %s\n", strings.TrimPrefix(g.Workload, "mixed "), g.Routers, g.Seed, g.Name, g.Value, g.Need, g.Detail)
+			}
+		}
+		if none {
+			b.WriteString("- none\n")
+		}
+	}
 	return b.String()
 }
 
