@@ -32,6 +32,7 @@ import (
 	"github.com/llmroute/caddy-llmroute/internal/proc"
 	"github.com/llmroute/caddy-llmroute/internal/stats"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/sim"
+	"github.com/llmroute/caddy-llmroute/lab/experiments/suite"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/workload"
 	"github.com/llmroute/caddy-llmroute/policies"
 	"github.com/llmroute/caddy-llmroute/simengine"
@@ -686,7 +687,85 @@ func Write(jsonPath, mdPath string, rec *Record) error {
 				p.TTFT.P99, s.TTFTP99Ms, p.E2E.P50, s.E2EP50Ms, p.MaxMinLoadRatio, s.MaxMinLoadRatio, agree)
 		}
 	}
+	m.WriteString(goalsMarkdown(rec))
 	return os.WriteFile(mdPath, []byte(m.String()), 0o644)
+}
+
+// goalPolicies are the policies whose runs Goals checks.
+var goalPolicies = []string{"prefix_load", directoryPolicy.Name}
+
+// Goals checks issue 18's goals (suite.GoalsOf, the simulator suite's own
+// rule) on what the client saw, per workload and router count, for
+// prefix_load and prefix_load with homes_directory where they ran: each
+// against the same workload and router count's round_robin, least_load
+// and prefix_affinity (the e2e has no oracle), and with several routers
+// against its own hit rate with one.
+func Goals(rec *Record) map[string][]suite.Goal {
+	type cell struct {
+		w string
+		n int
+	}
+	figs := map[cell]map[string]suite.SweepPoint{}
+	var cells []cell
+	for _, r := range rec.Runs {
+		c := cell{r.Workload, r.Routers}
+		if figs[c] == nil {
+			figs[c] = map[string]suite.SweepPoint{}
+			cells = append(cells, c)
+		}
+		p := r.Result
+		figs[c][r.Policy] = suite.SweepPoint{Workload: r.Workload, Policy: r.Policy, Routers: r.Routers, TokenHitRate: p.TokenHitRate,
+			TTFTP50Ms: p.TTFT.P50, TTFTP90Ms: p.TTFT.P90, TTFTP99Ms: p.TTFT.P99, Agreement: p.Agreement, AgreementKeys: p.AgreementKeys}
+	}
+	out := map[string][]suite.Goal{}
+	for _, c := range cells {
+		f := figs[c]
+		if _, ok := f["round_robin"]; !ok {
+			continue
+		}
+		for _, name := range goalPolicies {
+			pt, ok := f[name]
+			if !ok {
+				continue
+			}
+			one, hasOne := figs[cell{c.w, 1}][name]
+			out[name] = append(out[name], suite.GoalsOf(c.w, c.n, pt, f, one, hasOne)...)
+		}
+	}
+	return out
+}
+
+// goalsMarkdown is the record's section of goal checks.
+func goalsMarkdown(rec *Record) string {
+	goals := Goals(rec)
+	var b strings.Builder
+	for _, name := range goalPolicies {
+		var checks, missed int
+		var misses []string
+		for _, g := range goals[name] {
+			if g.Name == suite.GoalSecond {
+				continue
+			}
+			checks++
+			if !g.Met {
+				missed++
+				misses = append(misses, fmt.Sprintf("- %s, %d routers: %s %.3f (%s); %s\n", g.Workload, g.Routers, g.Name, g.Value, g.Need, g.Detail))
+			}
+		}
+		if checks == 0 {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("\n## Issue 18's goals\n\nThe goals of the simulator's goals.md on what the client saw (suite.GoalsOf), per workload and router count: " +
+				"TTFT p99 against the better of round_robin and least_load, p50 against the best policy run, hit rate against prefix_affinity's (no oracle end to end), " +
+				"and with several routers agreement on new prefixes and the hit rate against the same policy's with one router.\n")
+		}
+		fmt.Fprintf(&b, "\n`%s`: %d checks, %d missed.\n", name, checks, missed)
+		if missed > 0 {
+			b.WriteString("\n" + strings.Join(misses, ""))
+		}
+	}
+	return b.String()
 }
 
 // waitHTTP is netx.WaitHTTP bounded by d, for a process this package

@@ -220,18 +220,18 @@ func CheckGoals(std *StandardRecord, routers *SweepRecord) []Goal {
 				continue
 			}
 			one, hasOne := figs[key{kind, 1}]["prefix_load"]
-			out = append(out, goalsOf(kind, n, pl, f, one, hasOne)...)
+			out = append(out, GoalsOf(kind, n, pl, f, one, hasOne)...)
 		}
 	}
 	return out
 }
 
-// goalsOf evaluates issue 18's goals for pl, one policy's figures at one
+// GoalsOf evaluates issue 18's goals for pl, one policy's figures at one
 // workload and router count, against the reference policies' figures f
 // of the same cell (round_robin, least_load, prefix_affinity, oracle,
 // and prefix_load for the best median), and with several routers against
 // one, its own figure with one router (when hasOne).
-func goalsOf(kind string, n int, pl SweepPoint, f map[string]SweepPoint, one SweepPoint, hasOne bool) []Goal {
+func GoalsOf(kind string, n int, pl SweepPoint, f map[string]SweepPoint, one SweepPoint, hasOne bool) []Goal {
 	var out []Goal
 	g := func(name string, v float64, need string, met bool, detail string) {
 		out = append(out, Goal{Workload: kind, Routers: n, Name: name, Value: round(v, 3), Need: need, Met: met, Detail: detail})
@@ -361,7 +361,7 @@ func RoutersMarkdown(rec *SweepRecord) string {
 	return b.String()
 }
 
-// MixedSweepGoals evaluates issue 18's goals (goalsOf) per unique share,
+// MixedSweepGoals evaluates issue 18's goals (GoalsOf) per unique share,
 // router count and seed of the mixed sweep, for prefix_load and (with
 // eight routers) prefix_load with shared homes, each against the same
 // cell's references and, with eight routers, prefix_load's hit rate with
@@ -390,7 +390,7 @@ func MixedSweepGoals(rec *SweepRecord) map[string][]Goal {
 			if !ok {
 				continue
 			}
-			for _, g := range goalsOf(fmt.Sprintf("mixed %g", c.u), c.r, pt, figs[c], one, hasOne) {
+			for _, g := range GoalsOf(fmt.Sprintf("mixed %g", c.u), c.r, pt, figs[c], one, hasOne) {
 				g.Seed = c.seed
 				out[name] = append(out[name], g)
 			}

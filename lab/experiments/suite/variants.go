@@ -223,7 +223,7 @@ func VariantsMarkdown(rec *VariantsRecord) string {
 	return b.String()
 }
 
-// VariantGoals evaluates issue 18's goals (goalsOf) per seed for every
+// VariantGoals evaluates issue 18's goals (GoalsOf) per seed for every
 // variant: each variant's figures against the reference policies' of the
 // same workload, router count and seed, and with several routers against
 // its own with one.
@@ -252,7 +252,7 @@ func VariantGoals(rec *VariantsRecord) map[string][]Goal {
 						continue
 					}
 					one, hasOne := figs[cell{kind, 1, seed}][v.Name]
-					for _, g := range goalsOf(kind, r, pt, f, one, hasOne) {
+					for _, g := range GoalsOf(kind, r, pt, f, one, hasOne) {
 						g.Seed = seed
 						out[v.Name] = append(out[v.Name], g)
 					}
