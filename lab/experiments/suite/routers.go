@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/llmroute/caddy-llmroute/lab/experiments/workload"
+	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 // RouterPolicies are the policies compared across router counts: the
@@ -89,6 +90,11 @@ func UniqueShares(quick bool) []float64 {
 // mixed sweep's several-router cells.
 const SharedHomesPolicy = "prefix_load shared homes"
 
+// AlonePolicy names prefix_load told it is the replicas' only router
+// (peers none) in the mixed sweep's one-router cells: what a single
+// instance gets by saying so rather than by sensing it.
+const AlonePolicy = "prefix_load peers none"
+
 // RunMixedSweep moves the mixed workload's unique share from 0 to 1, with
 // one router and with eight, per seed.
 func RunMixedSweep(o Options) (*SweepRecord, error) {
@@ -124,6 +130,7 @@ func planMixedSweep(o *Options, r *runner) (*plan[*SweepRecord], error) {
 	}
 	var tasks []*task
 	share := map[*task]float64{}
+	names := map[*task]string{}
 	for i, w := range ws {
 		for _, routers := range []int{1, 8} {
 			s := st
@@ -134,23 +141,29 @@ func planMixedSweep(o *Options, r *runner) (*plan[*SweepRecord], error) {
 				share[t] = cells[i].u
 				tasks = append(tasks, t)
 			}
+			// With several routers, what the shared homes directory
+			// (homes_directory) adds where they place new prefixes; with
+			// one, what peers none adds to a router that would otherwise
+			// assume peers until the engines' metrics say.
+			cfg := SimConfig("prefix_load", s, cells[i].seed)
+			name := SharedHomesPolicy
 			if routers > 1 {
-				// What the shared homes directory (homes_directory) adds
-				// where several routers place new prefixes.
-				cfg := SimConfig("prefix_load", s, cells[i].seed)
 				cfg.SharedHomes = true
-				t := &task{phase: "mixed", label: fmt.Sprintf("unique=%.2f routers=%d seed=%d %s", cells[i].u, routers, cells[i].seed, SharedHomesPolicy),
-					cfg: cfg, w: w}
-				share[t] = cells[i].u
-				tasks = append(tasks, t)
+			} else {
+				cfg.Options.Peers, name = policies.PeersNone, AlonePolicy
 			}
+			t := &task{phase: "mixed", label: fmt.Sprintf("unique=%.2f routers=%d seed=%d %s", cells[i].u, routers, cells[i].seed, name),
+				cfg: cfg, w: w}
+			share[t] = cells[i].u
+			names[t] = name
+			tasks = append(tasks, t)
 		}
 	}
 	collect := func() error {
 		for _, t := range tasks {
 			pt := cellPoint(workload.Mixed, share[t], t.cfg, t.res)
-			if t.cfg.SharedHomes {
-				pt.Policy = SharedHomesPolicy
+			if n := names[t]; n != "" {
+				pt.Policy = n
 			}
 			rec.Points = append(rec.Points, pt)
 		}
@@ -362,8 +375,9 @@ func RoutersMarkdown(rec *SweepRecord) string {
 }
 
 // MixedSweepGoals evaluates issue 18's goals (GoalsOf) per unique share,
-// router count and seed of the mixed sweep, for prefix_load and (with
-// eight routers) prefix_load with shared homes, each against the same
+// router count and seed of the mixed sweep, for prefix_load, with one
+// router prefix_load peers none and with eight prefix_load with shared
+// homes, each against the same
 // cell's references and, with eight routers, prefix_load's hit rate with
 // one router.
 func MixedSweepGoals(rec *SweepRecord) map[string][]Goal {
@@ -385,7 +399,7 @@ func MixedSweepGoals(rec *SweepRecord) map[string][]Goal {
 	out := map[string][]Goal{}
 	for _, c := range cells {
 		one, hasOne := figs[cell{c.u, 1, c.seed}]["prefix_load"]
-		for _, name := range []string{"prefix_load", SharedHomesPolicy} {
+		for _, name := range []string{"prefix_load", AlonePolicy, SharedHomesPolicy} {
 			pt, ok := figs[c][name]
 			if !ok {
 				continue
@@ -406,7 +420,7 @@ func mixedGoalsMarkdown(rec *SweepRecord) string {
 	b.WriteString("\n## Issue 18's goals per seed\n\nThe goals of goals.md per unique share, router count and seed (hit rates against one router's: " +
 		"prefix_load with one router on the same share and seed; no hit-rate check where nothing is shared).\n\n")
 	b.WriteString("| policy | checks | missed |\n|---|---:|---:|\n")
-	for _, name := range []string{"prefix_load", SharedHomesPolicy} {
+	for _, name := range []string{"prefix_load", AlonePolicy, SharedHomesPolicy} {
 		checks, missed := 0, 0
 		for _, g := range goals[name] {
 			if g.Name == GoalSecond {
@@ -419,7 +433,7 @@ func mixedGoalsMarkdown(rec *SweepRecord) string {
 		}
 		fmt.Fprintf(&b, "| %s | %d | %d |\n", name, checks, missed)
 	}
-	for _, name := range []string{"prefix_load", SharedHomesPolicy} {
+	for _, name := range []string{"prefix_load", AlonePolicy, SharedHomesPolicy} {
 		fmt.Fprintf(&b, "\nMisses of `%s`:\n\n", name)
 		none := true
 		for _, g := range goals[name] {
