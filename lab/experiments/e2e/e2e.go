@@ -691,12 +691,13 @@ func Write(jsonPath, mdPath string, rec *Record) error {
 	return os.WriteFile(mdPath, []byte(m.String()), 0o644)
 }
 
-// goalPolicies are the policies whose runs Goals checks.
-var goalPolicies = []string{"prefix_load", directoryPolicy.Name}
+// goalPolicies are the policies whose runs Goals checks: prefix_load as
+// shipped, told it is alone, and with the homes directory.
+var goalPolicies = []string{"prefix_load", "prefix_load peers none", directoryPolicy.Name}
 
 // Goals checks issue 18's goals (suite.GoalsOf, the simulator suite's own
-// rule) on what the client saw, per workload and router count, for
-// prefix_load and prefix_load with homes_directory where they ran: each
+// rule) on what the client saw, per workload and router count, for the
+// goalPolicies that ran: each
 // against the same workload and router count's round_robin, least_load
 // and prefix_affinity (the e2e has no oracle), and with several routers
 // against its own hit rate with one.
