@@ -741,18 +741,7 @@ func goalsMarkdown(rec *Record) string {
 	goals := Goals(rec)
 	var b strings.Builder
 	for _, name := range goalPolicies {
-		var checks, missed int
-		var misses []string
-		for _, g := range goals[name] {
-			if g.Name == suite.GoalSecond {
-				continue
-			}
-			checks++
-			if !g.Met {
-				missed++
-				misses = append(misses, fmt.Sprintf("- %s, %d routers: %s %.3f (%s); %s\n", g.Workload, g.Routers, g.Name, g.Value, g.Need, g.Detail))
-			}
-		}
+		checks, missed := suite.Tally(goals[name])
 		if checks == 0 {
 			continue
 		}
@@ -761,9 +750,12 @@ func goalsMarkdown(rec *Record) string {
 				"TTFT p99 against the better of round_robin and least_load, p50 against the best policy run, hit rate against prefix_affinity's (no oracle end to end), " +
 				"and with several routers agreement on new prefixes and the hit rate against the same policy's with one router.\n")
 		}
-		fmt.Fprintf(&b, "\n`%s`: %d checks, %d missed.\n", name, checks, missed)
-		if missed > 0 {
-			b.WriteString("\n" + strings.Join(misses, ""))
+		fmt.Fprintf(&b, "\n`%s`: %d checks, %d missed.\n", name, checks, len(missed))
+		if len(missed) > 0 {
+			b.WriteString("\n")
+		}
+		for _, g := range missed {
+			fmt.Fprintf(&b, "- %s, %d routers: %s %.3f (%s); %s\n", g.Workload, g.Routers, g.Name, g.Value, g.Need, g.Detail)
 		}
 	}
 	return b.String()

@@ -36,18 +36,13 @@ func TestMixedSweepGoals(t *testing.T) {
 			pt(u, 8, SharedHomesPolicy, hit, 102, 215, 1))
 	}
 	goals := MixedSweepGoals(rec)
-	count := func(name string) (checks, missed int, missNames []string) {
-		for _, g := range goals[name] {
-			if g.Name == GoalSecond {
-				continue
-			}
-			checks++
-			if !g.Met {
-				missed++
-				missNames = append(missNames, g.Name)
-			}
+	count := func(name string) (int, int, []string) {
+		checks, missed := Tally(goals[name])
+		var names []string
+		for _, g := range missed {
+			names = append(names, g.Name)
 		}
-		return
+		return checks, len(missed), names
 	}
 	// prefix_load: share 0.5: 3 checks alone, 5 with eight; share 1
 	// (tail and median only): 2 and 2.

@@ -374,6 +374,37 @@ func RoutersMarkdown(rec *SweepRecord) string {
 	return b.String()
 }
 
+// Tally counts goal checks (second-request agreement is reported, not a
+// goal) and returns those missed.
+func Tally(goals []Goal) (checks int, missed []Goal) {
+	for _, g := range goals {
+		if g.Name == GoalSecond {
+			continue
+		}
+		checks++
+		if !g.Met {
+			missed = append(missed, g)
+		}
+	}
+	return checks, missed
+}
+
+// cellFigures groups points by cell (key) and, within a cell, by policy;
+// it returns the cells in the order they first appear.
+func cellFigures[K comparable](points []SweepPoint, key func(SweepPoint) K) (map[K]map[string]SweepPoint, []K) {
+	figs := map[K]map[string]SweepPoint{}
+	var cells []K
+	for _, p := range points {
+		c := key(p)
+		if figs[c] == nil {
+			figs[c] = map[string]SweepPoint{}
+			cells = append(cells, c)
+		}
+		figs[c][p.Policy] = p
+	}
+	return figs, cells
+}
+
 // MixedSweepGoals evaluates issue 18's goals (GoalsOf) per unique share,
 // router count and seed of the mixed sweep, for prefix_load, with one
 // router prefix_load peers none and with eight prefix_load with shared
@@ -386,16 +417,7 @@ func MixedSweepGoals(rec *SweepRecord) map[string][]Goal {
 		r    int
 		seed uint64
 	}
-	figs := map[cell]map[string]SweepPoint{}
-	var cells []cell
-	for _, p := range rec.Points {
-		c := cell{p.Value, p.Routers, p.Seed}
-		if figs[c] == nil {
-			figs[c] = map[string]SweepPoint{}
-			cells = append(cells, c)
-		}
-		figs[c][p.Policy] = p
-	}
+	figs, cells := cellFigures(rec.Points, func(p SweepPoint) cell { return cell{p.Value, p.Routers, p.Seed} })
 	out := map[string][]Goal{}
 	for _, c := range cells {
 		one, hasOne := figs[cell{c.u, 1, c.seed}]["prefix_load"]
@@ -420,29 +442,18 @@ func mixedGoalsMarkdown(rec *SweepRecord) string {
 	b.WriteString("\n## Issue 18's goals per seed\n\nThe goals of goals.md per unique share, router count and seed (hit rates against one router's: " +
 		"prefix_load with one router on the same share and seed; no hit-rate check where nothing is shared).\n\n")
 	b.WriteString("| policy | checks | missed |\n|---|---:|---:|\n")
-	for _, name := range []string{"prefix_load", AlonePolicy, SharedHomesPolicy} {
-		checks, missed := 0, 0
-		for _, g := range goals[name] {
-			if g.Name == GoalSecond {
-				continue
-			}
-			checks++
-			if !g.Met {
-				missed++
-			}
-		}
-		fmt.Fprintf(&b, "| %s | %d | %d |\n", name, checks, missed)
+	names := []string{"prefix_load", AlonePolicy, SharedHomesPolicy}
+	for _, name := range names {
+		checks, missed := Tally(goals[name])
+		fmt.Fprintf(&b, "| %s | %d | %d |\n", name, checks, len(missed))
 	}
-	for _, name := range []string{"prefix_load", AlonePolicy, SharedHomesPolicy} {
+	for _, name := range names {
 		fmt.Fprintf(&b, "\nMisses of `%s`:\n\n", name)
-		none := true
-		for _, g := range goals[name] {
-			if !g.Met {
-				none = false
-				fmt.Fprintf(&b, "- %s unique, %d routers, seed %d: %s %.3f (%s); %s\n", strings.TrimPrefix(g.Workload, "mixed "), g.Routers, g.Seed, g.Name, g.Value, g.Need, g.Detail)
-			}
+		_, missed := Tally(goals[name])
+		for _, g := range missed {
+			fmt.Fprintf(&b, "- %s unique, %d routers, seed %d: %s %.3f (%s); %s\n", strings.TrimPrefix(g.Workload, "mixed "), g.Routers, g.Seed, g.Name, g.Value, g.Need, g.Detail)
 		}
-		if none {
+		if len(missed) == 0 {
 			b.WriteString("- none\n")
 		}
 	}

@@ -233,14 +233,7 @@ func VariantGoals(rec *VariantsRecord) map[string][]Goal {
 		r    int
 		seed uint64
 	}
-	figs := map[cell]map[string]SweepPoint{}
-	for _, p := range rec.Points {
-		c := cell{p.Workload, p.Routers, p.Seed}
-		if figs[c] == nil {
-			figs[c] = map[string]SweepPoint{}
-		}
-		figs[c][p.Policy] = p
-	}
+	figs, _ := cellFigures(rec.Points, func(p SweepPoint) cell { return cell{p.Workload, p.Routers, p.Seed} })
 	out := map[string][]Goal{}
 	for _, v := range rec.Variants {
 		for _, seed := range rec.Seeds {
@@ -274,18 +267,12 @@ func variantGoalsMarkdown(rec *VariantsRecord) string {
 		"(the references are the same cell's round_robin, least_load, prefix_affinity, oracle and prefix_load). Checks missed:\n\n")
 	writeHead(&b, "| variant | checks | missed |", "|---|---:|---:|", names)
 	for _, v := range rec.Variants {
-		checks, missed, by := 0, 0, map[string]int{}
-		for _, g := range goals[v.Name] {
-			if g.Name == GoalSecond {
-				continue
-			}
-			checks++
-			if !g.Met {
-				missed++
-				by[g.Name]++
-			}
+		checks, missed := Tally(goals[v.Name])
+		by := map[string]int{}
+		for _, g := range missed {
+			by[g.Name]++
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d |", v.Name, checks, missed)
+		fmt.Fprintf(&b, "| %s | %d | %d |", v.Name, checks, len(missed))
 		for _, n := range names {
 			fmt.Fprintf(&b, " %d |", by[n])
 		}
