@@ -389,11 +389,20 @@ func Tally(goals []Goal) (checks int, missed []Goal) {
 	return checks, missed
 }
 
+// goalCell is a cell of a per-seed goal check: a workload (or, in the
+// mixed sweep, a unique share), a router count and a seed.
+type goalCell struct {
+	w    string
+	u    float64
+	r    int
+	seed uint64
+}
+
 // cellFigures groups points by cell (key) and, within a cell, by policy;
 // it returns the cells in the order they first appear.
-func cellFigures[K comparable](points []SweepPoint, key func(SweepPoint) K) (map[K]map[string]SweepPoint, []K) {
-	figs := map[K]map[string]SweepPoint{}
-	var cells []K
+func cellFigures(points []SweepPoint, key func(SweepPoint) goalCell) (map[goalCell]map[string]SweepPoint, []goalCell) {
+	figs := map[goalCell]map[string]SweepPoint{}
+	var cells []goalCell
 	for _, p := range points {
 		c := key(p)
 		if figs[c] == nil {
@@ -412,15 +421,10 @@ func cellFigures[K comparable](points []SweepPoint, key func(SweepPoint) K) (map
 // cell's references and, with eight routers, prefix_load's hit rate with
 // one router.
 func MixedSweepGoals(rec *SweepRecord) map[string][]Goal {
-	type cell struct {
-		u    float64
-		r    int
-		seed uint64
-	}
-	figs, cells := cellFigures(rec.Points, func(p SweepPoint) cell { return cell{p.Value, p.Routers, p.Seed} })
+	figs, cells := cellFigures(rec.Points, func(p SweepPoint) goalCell { return goalCell{u: p.Value, r: p.Routers, seed: p.Seed} })
 	out := map[string][]Goal{}
 	for _, c := range cells {
-		one, hasOne := figs[cell{c.u, 1, c.seed}]["prefix_load"]
+		one, hasOne := figs[goalCell{u: c.u, r: 1, seed: c.seed}]["prefix_load"]
 		for _, name := range []string{"prefix_load", AlonePolicy, SharedHomesPolicy} {
 			pt, ok := figs[c][name]
 			if !ok {
