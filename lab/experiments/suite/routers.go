@@ -264,7 +264,11 @@ func GoalsOf(kind string, n int, pl SweepPoint, f map[string]SweepPoint, one Swe
 	pa, or := f["prefix_affinity"], f["oracle"]
 	if bestHit := math.Max(pa.TokenHitRate, or.TokenHitRate); bestHit > 0 {
 		v = pl.TokenHitRate / bestHit
-		g(GoalHit, v, ">= 0.97", v >= 0.97, fmt.Sprintf("%s %.3f, prefix_affinity %.3f, oracle %.3f", pl.Policy, pl.TokenHitRate, pa.TokenHitRate, or.TokenHitRate))
+		detail := fmt.Sprintf("%s %.3f, prefix_affinity %.3f", pl.Policy, pl.TokenHitRate, pa.TokenHitRate)
+		if _, ran := f["oracle"]; ran {
+			detail += fmt.Sprintf(", oracle %.3f", or.TokenHitRate)
+		}
+		g(GoalHit, v, ">= 0.97", v >= 0.97, detail)
 	}
 	if n == 1 {
 		return out
