@@ -702,22 +702,15 @@ var goalPolicies = []string{"prefix_load", "prefix_load peers none", directoryPo
 // and prefix_affinity (the e2e has no oracle), and with several routers
 // against its own hit rate with one.
 func Goals(rec *Record) map[string][]suite.Goal {
-	type cell struct {
-		w string
-		n int
-	}
-	figs := map[cell]map[string]suite.SweepPoint{}
-	var cells []cell
+	points := make([]suite.SweepPoint, 0, len(rec.Runs))
 	for _, r := range rec.Runs {
-		c := cell{r.Workload, r.Routers}
-		if figs[c] == nil {
-			figs[c] = map[string]suite.SweepPoint{}
-			cells = append(cells, c)
-		}
 		p := r.Result
-		figs[c][r.Policy] = suite.SweepPoint{Workload: r.Workload, Policy: r.Policy, Routers: r.Routers, TokenHitRate: p.TokenHitRate,
-			TTFTP50Ms: p.TTFT.P50, TTFTP90Ms: p.TTFT.P90, TTFTP99Ms: p.TTFT.P99, Agreement: p.Agreement, AgreementKeys: p.AgreementKeys}
+		points = append(points, suite.SweepPoint{Workload: r.Workload, Policy: r.Policy, Routers: r.Routers, TokenHitRate: p.TokenHitRate,
+			TTFTP50Ms: p.TTFT.P50, TTFTP90Ms: p.TTFT.P90, TTFTP99Ms: p.TTFT.P99, Agreement: p.Agreement, AgreementKeys: p.AgreementKeys})
 	}
+	figs, cells := suite.CellFigures(points, func(p suite.SweepPoint) suite.GoalCell {
+		return suite.GoalCell{Workload: p.Workload, Routers: p.Routers}
+	})
 	out := map[string][]suite.Goal{}
 	for _, c := range cells {
 		f := figs[c]
@@ -729,8 +722,8 @@ func Goals(rec *Record) map[string][]suite.Goal {
 			if !ok {
 				continue
 			}
-			one, hasOne := figs[cell{c.w, 1}][name]
-			out[name] = append(out[name], suite.GoalsOf(c.w, c.n, pt, f, one, hasOne)...)
+			one, hasOne := figs[suite.GoalCell{Workload: c.Workload, Routers: 1}][name]
+			out[name] = append(out[name], suite.GoalsOf(c.Workload, c.Routers, pt, f, one, hasOne)...)
 		}
 	}
 	return out

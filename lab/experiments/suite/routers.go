@@ -393,20 +393,20 @@ func Tally(goals []Goal) (checks int, missed []Goal) {
 	return checks, missed
 }
 
-// goalCell is a cell of a per-seed goal check: a workload (or, in the
-// mixed sweep, a unique share), a router count and a seed.
-type goalCell struct {
-	w    string
-	u    float64
-	r    int
-	seed uint64
+// GoalCell is a cell of goal checks: a workload (or, in the mixed sweep,
+// a unique share), a router count and a seed (where seeds vary).
+type GoalCell struct {
+	Workload string
+	Share    float64
+	Routers  int
+	Seed     uint64
 }
 
-// cellFigures groups points by cell (key) and, within a cell, by policy;
+// CellFigures groups points by cell (key) and, within a cell, by policy;
 // it returns the cells in the order they first appear.
-func cellFigures(points []SweepPoint, key func(SweepPoint) goalCell) (map[goalCell]map[string]SweepPoint, []goalCell) {
-	figs := map[goalCell]map[string]SweepPoint{}
-	var cells []goalCell
+func CellFigures(points []SweepPoint, key func(SweepPoint) GoalCell) (map[GoalCell]map[string]SweepPoint, []GoalCell) {
+	figs := map[GoalCell]map[string]SweepPoint{}
+	var cells []GoalCell
 	for _, p := range points {
 		c := key(p)
 		if figs[c] == nil {
@@ -425,17 +425,17 @@ func cellFigures(points []SweepPoint, key func(SweepPoint) goalCell) (map[goalCe
 // cell's references and, with eight routers, prefix_load's hit rate with
 // one router.
 func MixedSweepGoals(rec *SweepRecord) map[string][]Goal {
-	figs, cells := cellFigures(rec.Points, func(p SweepPoint) goalCell { return goalCell{u: p.Value, r: p.Routers, seed: p.Seed} })
+	figs, cells := CellFigures(rec.Points, func(p SweepPoint) GoalCell { return GoalCell{Share: p.Value, Routers: p.Routers, Seed: p.Seed} })
 	out := map[string][]Goal{}
 	for _, c := range cells {
-		one, hasOne := figs[goalCell{u: c.u, r: 1, seed: c.seed}]["prefix_load"]
+		one, hasOne := figs[GoalCell{Share: c.Share, Routers: 1, Seed: c.Seed}]["prefix_load"]
 		for _, name := range []string{"prefix_load", AlonePolicy, SharedHomesPolicy} {
 			pt, ok := figs[c][name]
 			if !ok {
 				continue
 			}
-			for _, g := range GoalsOf(fmt.Sprintf("mixed %g", c.u), c.r, pt, figs[c], one, hasOne) {
-				g.Seed = c.seed
+			for _, g := range GoalsOf(fmt.Sprintf("mixed %g", c.Share), c.Routers, pt, figs[c], one, hasOne) {
+				g.Seed = c.Seed
 				out[name] = append(out[name], g)
 			}
 		}
@@ -451,13 +451,15 @@ func mixedGoalsMarkdown(rec *SweepRecord) string {
 		"prefix_load with one router on the same share and seed; no hit-rate check where nothing is shared).\n\n")
 	b.WriteString("| policy | checks | missed |\n|---|---:|---:|\n")
 	names := []string{"prefix_load", AlonePolicy, SharedHomesPolicy}
+	misses := map[string][]Goal{}
 	for _, name := range names {
 		checks, missed := Tally(goals[name])
+		misses[name] = missed
 		fmt.Fprintf(&b, "| %s | %d | %d |\n", name, checks, len(missed))
 	}
 	for _, name := range names {
 		fmt.Fprintf(&b, "\nMisses of `%s`:\n\n", name)
-		_, missed := Tally(goals[name])
+		missed := misses[name]
 		for _, g := range missed {
 			fmt.Fprintf(&b, "- %s unique, %d routers, seed %d: %s %.3f (%s); %s\n", strings.TrimPrefix(g.Workload, "mixed "), g.Routers, g.Seed, g.Name, g.Value, g.Need, g.Detail)
 		}

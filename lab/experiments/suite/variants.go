@@ -228,18 +228,18 @@ func VariantsMarkdown(rec *VariantsRecord) string {
 // same workload, router count and seed, and with several routers against
 // its own with one.
 func VariantGoals(rec *VariantsRecord) map[string][]Goal {
-	figs, _ := cellFigures(rec.Points, func(p SweepPoint) goalCell { return goalCell{w: p.Workload, r: p.Routers, seed: p.Seed} })
+	figs, _ := CellFigures(rec.Points, func(p SweepPoint) GoalCell { return GoalCell{Workload: p.Workload, Routers: p.Routers, Seed: p.Seed} })
 	out := map[string][]Goal{}
 	for _, v := range rec.Variants {
 		for _, seed := range rec.Seeds {
 			for _, kind := range workload.Kinds {
 				for _, r := range rec.Routers {
-					f := figs[goalCell{w: kind, r: r, seed: seed}]
+					f := figs[GoalCell{Workload: kind, Routers: r, Seed: seed}]
 					pt, ok := f[v.Name]
 					if !ok {
 						continue
 					}
-					one, hasOne := figs[goalCell{w: kind, r: 1, seed: seed}][v.Name]
+					one, hasOne := figs[GoalCell{Workload: kind, Routers: 1, Seed: seed}][v.Name]
 					for _, g := range GoalsOf(kind, r, pt, f, one, hasOne) {
 						g.Seed = seed
 						out[v.Name] = append(out[v.Name], g)
