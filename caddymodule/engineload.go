@@ -21,6 +21,10 @@ type engineLoad struct {
 	queries    float64 // prefix cache queries counter, -1 when absent
 	hits       float64
 	lastErr    string
+	// ownInFlight is what this router had in flight on the replica when
+	// the sample arrived: the figure the engine's counts are judged
+	// against (policies.Replica.InFlightSinceSample).
+	ownInFlight int
 }
 
 // status is the scrape as /llm_route/state shows it (nil before any).
@@ -41,12 +45,13 @@ func (e *engineLoad) stale(now time.Time) bool {
 }
 
 // view returns what the strategies see: queue, running and KV usage, each
-// -1 when unknown or stale (never idle).
-func (e *engineLoad) view(now time.Time) (waiting, running int, kv float64) {
+// -1 when unknown or stale (never idle), and this router's in-flight count
+// at the sample.
+func (e *engineLoad) view(now time.Time) (waiting, running int, kv float64, own int) {
 	if e.stale(now) {
-		return -1, -1, -1
+		return -1, -1, -1, 0
 	}
-	return int(e.waiting), int(e.running), e.kvUsage
+	return int(e.waiting), int(e.running), e.kvUsage, e.ownInFlight
 }
 
 // apply stores a sample taken at now and hands the engine's cache size and
@@ -57,7 +62,7 @@ func (s *replicaState) apply(now time.Time, smp engineSample, staleAfter time.Du
 	s.engine = engineLoad{
 		at: now, staleAfter: staleAfter, engine: smp.engine, waiting: smp.waiting, running: smp.running,
 		kvUsage: smp.kvUsage, numBlocks: smp.numBlocks, blockSize: smp.blockSize,
-		queries: smp.queries, hits: smp.hits,
+		queries: smp.queries, hits: smp.hits, ownInFlight: s.inFlight,
 	}
 	if !smp.hasLoad {
 		// Metrics without load figures tell us nothing: unknown, not idle.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -122,6 +123,38 @@ func TestEngineViewStaleIsUnknown(t *testing.T) {
 	st.apply(now, smp2, time.Second)
 	w, _, _ = st.engineView(now)
 	assert.Equal(t, -1, w, "a scrape without load figures must not read as idle")
+}
+
+// TestEngineSampleKeepsInFlight proves that a scrape records what the
+// router had in flight on the replica when it arrived, which the selection
+// view hands on (InFlightSinceSample) for the engine's counts to be judged
+// against, and that a stale scrape hands on nothing.
+func TestEngineSampleKeepsInFlight(t *testing.T) {
+	clk := clockwork.NewFakeClock()
+	st := newReplicaState("test-sample-inflight", clk)
+	t.Cleanup(func() { _ = st.Destruct() })
+	rules := &attemptRules{}
+	now := clk.Now()
+	var held []*attempt
+	hold := func(n int) {
+		for range n {
+			a, ok := st.reserve(now, 0, rules)
+			require.True(t, ok)
+			held = append(held, a)
+		}
+	}
+	hold(3)
+	st.apply(now, engineSample{engine: "vllm", running: 3, hasLoad: true}, time.Second)
+	hold(2)
+	v := st.snapshot(now, 0, 0)
+	assert.Equal(t, []int{5, 3, 3}, []int{v.inFlight, v.sampledInFlight, v.running}, "in flight now, at the sample; the engine's count")
+	for _, a := range held {
+		a.end(outcome{kind: outcomeSuccess})
+	}
+	v = st.snapshot(now, 0, 0)
+	assert.Equal(t, []int{0, 3}, []int{v.inFlight, v.sampledInFlight}, "ended since the sample")
+	v = st.snapshot(now.Add(2*time.Second), 0, 0)
+	assert.Equal(t, []int{-1, 0}, []int{v.running, v.sampledInFlight}, "stale: nothing to judge")
 }
 
 // TestCountersBackwardsPurge proves a restart seen in the engine's

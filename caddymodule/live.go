@@ -79,7 +79,7 @@ func (s *replicaState) snapshot(now time.Time, limit int, slowStart time.Duratio
 		s.mu.Unlock()
 	}
 	if e := l.engine.Load(); e != nil {
-		v.waiting, v.running, v.kv = e.view(now)
+		v.waiting, v.running, v.kv, v.sampledInFlight = e.view(now)
 	}
 	return v
 }

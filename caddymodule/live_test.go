@@ -23,7 +23,7 @@ func lockedView(s *replicaState, now time.Time, limit int, slowStart time.Durati
 		v.coolLeft = s.coolUntil.Sub(now)
 		v.coolReason, v.failedAt = s.coolReason, s.failedAt
 	}
-	v.waiting, v.running, v.kv = s.engine.view(now)
+	v.waiting, v.running, v.kv, v.sampledInFlight = s.engine.view(now)
 	v.pending = s.pendingPrefillLocked()
 	return v
 }

@@ -189,6 +189,8 @@ type replicaView struct {
 	failedAt             time.Time
 	waiting, running     int
 	kv                   float64
+	// sampledInFlight is inFlight when the engine figures were sampled.
+	sampledInFlight int
 	// pending is the replica's pending prefill in bytes (prefill.go).
 	pending int
 }

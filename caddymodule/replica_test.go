@@ -76,7 +76,8 @@ func (s *replicaState) inFlightNow() int {
 func (s *replicaState) engineView(now time.Time) (waiting, running int, kv float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.engine.view(now)
+	waiting, running, kv, _ = s.engine.view(now)
+	return waiting, running, kv
 }
 
 // testReplica returns a replica state outside the package's pool, on the

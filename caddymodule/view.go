@@ -116,6 +116,10 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 			// Full is expressed through InFlight >= Cap so strategies see it.
 			inFlight = max(v.inFlight, limit)
 		}
+		sinceSample := 0
+		if v.running >= 0 {
+			sinceSample = inFlight - v.sampledInFlight
+		}
 		sc.view = append(sc.view, policies.Replica{
 			Addr:       addr,
 			AddrHash:   st.addrHash,
@@ -127,8 +131,11 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 			Unavailable:    unavailable,
 			EngineWaiting:  v.waiting,
 			EngineRunning:  v.running,
-			KVUsage:        v.kv,
-			Index:          st.belief.Index(),
+			// The engine's counts are judged against this router's
+			// in-flight count at the sample.
+			InFlightSinceSample: sinceSample,
+			KVUsage:             v.kv,
+			Index:               st.belief.Index(),
 		})
 		sc.states = append(sc.states, st)
 		sc.downs = append(sc.downs, down)

@@ -160,8 +160,10 @@ const (
 
 // peerSense infers from the Replica views it is shown whether other
 // clients load the engines. With one router, an engine's running plus
-// waiting count, sampled up to a scrape interval ago, is about what the
-// router has in flight there now; with n routers about n times that.
+// waiting count is about what the router had in flight there when the
+// engine was sampled (InFlight - InFlightSinceSample; judged against the
+// count now, a burst or a lull since the scrape passes for peers or their
+// absence); with n routers about n times that.
 // Views are summed until this router's side holds at least 4 requests
 // (one view under load, several at low concurrency: a lone gateway with 2
 // in flight must still learn that it is alone), and each such sum is one
@@ -203,7 +205,7 @@ func (p *peerSense) observe(replicas []Replica) {
 		}
 		known = true
 		eng += r.EngineRunning + max(r.EngineWaiting, 0)
-		own += r.InFlight
+		own += max(r.InFlight-r.InFlightSinceSample, 0)
 	}
 	if !known || own == 0 {
 		// Nothing of this router's to compare with (an engine still busy

@@ -148,6 +148,47 @@ func TestPeerSenseLowConcurrency(t *testing.T) {
 	assert.True(t, two.peers.Load(), "two routers with 1-2 in flight each")
 }
 
+// TestPeerSenseSampleTime proves that the engines' counts are judged
+// against what this router had in flight when they were sampled: a lone
+// router whose requests ended since the scrape (a lull) is not taken for
+// one with peers, and one whose in-flight count grew since (a burst) while
+// a peer loads the engines is not taken for alone. Judged against the count
+// now, each comes out the other way.
+func TestPeerSenseSampleTime(t *testing.T) {
+	views := func(p *peerSense, n, now, since, eng int) {
+		rs := replicas(1)
+		rs[0].InFlight, rs[0].InFlightSinceSample, rs[0].EngineRunning, rs[0].EngineWaiting = now, since, eng, 0
+		for range n {
+			p.observe(rs)
+		}
+	}
+	cases := []struct {
+		name                string
+		now, since, eng     int
+		wantPeers, nowPeers bool // with the sample-time count; with the count now
+	}{
+		// 8 in flight at the scrape, the engine ran 8, 4 ended since.
+		{"lull alone", 4, -4, 8, false, true},
+		// 4 in flight at the scrape, the engine ran 8 (a peer's 4), 4 more sent since.
+		{"burst with a peer", 8, 4, 8, true, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := newPeerSense()
+			p.peers.Store(!c.wantPeers)
+			p.score.Store(peerScoreMax / 2)
+			views(p, 200, c.now, c.since, c.eng)
+			assert.Equal(t, c.wantPeers, p.peers.Load(), "judged at sample time")
+
+			q := newPeerSense()
+			q.peers.Store(!c.nowPeers)
+			q.score.Store(peerScoreMax / 2)
+			views(q, 200, c.now, 0, c.eng)
+			assert.Equal(t, c.nowPeers, q.peers.Load(), "judged against the count now, the other answer")
+		})
+	}
+}
+
 // TestPrefixLoadNewPrefixAlone proves a lone router's cold rules: a new
 // prefix goes where the least prefill is pending, that replica becomes its
 // home, and the prefix's later requests that match nothing or only its

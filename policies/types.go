@@ -96,6 +96,12 @@ type Replica struct {
 	EngineWaiting int
 	// EngineRunning is the engine's running-sequence count, -1 if unknown.
 	EngineRunning int
+	// InFlightSinceSample is how much InFlight has grown since the engine
+	// figures were sampled (negative when it shrank): InFlight minus it is
+	// what this router had in flight there when the engine counted its
+	// running and waiting requests, the figure prefix_load's peer sense
+	// compares them with. 0 judges them against InFlight.
+	InFlightSinceSample int
 	// KVUsage is the engine's KV cache usage in [0,1], -1 if unknown.
 	// Only prefix_load reads it, with peers, to place a new prefix by
 	// load rather than at a full rendezvous home; it never excludes a

@@ -127,6 +127,8 @@ type replicaView struct {
 	waiting int
 	running int
 	kvUsage float64
+	// sampledInFlight is inFlight at the sample.
+	sampledInFlight int
 }
 
 type router struct {
@@ -322,6 +324,7 @@ func (s *Sim) buildView(rt *router) []policies.Replica {
 			EngineWaiting: -1, EngineRunning: -1, KVUsage: -1, Index: v.belief.Index()}
 		if s.cfg.EngineMetrics && v.sampled {
 			r.EngineWaiting, r.EngineRunning, r.KVUsage = v.waiting, v.running, v.kvUsage
+			r.InFlightSinceSample = v.inFlight - v.sampledInFlight
 		}
 		if !s.cfg.IgnorePrefilling {
 			r.Prefilling = v.prefills
@@ -486,6 +489,7 @@ func (s *Sim) sample(r int) {
 		v := &rt.reps[i]
 		v.sampled = true
 		v.waiting, v.running, v.kvUsage = st.Waiting, st.Running, st.KVUsage
+		v.sampledInFlight = v.inFlight
 		if v.belief.Engine(policies.EngineCache{NumBlocks: st.NumBlocks, BlockTokens: st.BlockSize, PrefixQueries: float64(st.PrefixCacheQueries)}) {
 			s.res.Residency.PurgesCounters++
 		}
