@@ -424,6 +424,45 @@ func TestPrefixLoadSharedDirectory(t *testing.T) {
 	assert.Equal(t, 400, store.claims, "one claim per prefix and router")
 }
 
+// slowDirectory is a Directory whose Claim runs during (a request
+// picking while a claim's round trip to the store is out).
+type slowDirectory struct {
+	*StoreDirectory
+	during func()
+}
+
+func (d *slowDirectory) Claim(key uint64, addr string) (string, bool) {
+	if f := d.during; f != nil {
+		d.during = nil
+		f()
+	}
+	return d.StoreDirectory.Claim(key, addr)
+}
+
+// TestPrefixLoadClaimInFlight proves that a new prefix's replica counts
+// as taken while its claim is out: a request that picks from the same view
+// meanwhile (as concurrent selections do, the view unchanged until the
+// first's placement) goes elsewhere, where before it chose the same
+// replica. Counted over 100 pairs of new prefixes on idle replicas.
+func TestPrefixLoadClaimInFlight(t *testing.T) {
+	dir := &slowDirectory{StoreDirectory: NewStoreDirectory(newMapStore())}
+	s := mustStrategy(t, "prefix_load", Options{Peers: PeersNone, Directory: dir})
+	rs := replicas(4)
+	same := 0
+	for k := uint64(1); k <= 100; k++ {
+		first := Keys{Leading: mix64(k), Blocks: []uint64{mix64(k + 1e6)}, LeadingBlocks: 1, Bytes: 2000}
+		second := Keys{Leading: mix64(k + 2e6), Blocks: []uint64{mix64(k + 3e6)}, LeadingBlocks: 1, Bytes: 2000}
+		inner := -1
+		dir.during = func() { inner = s.Pick(second, rs) }
+		outer := s.Pick(first, rs)
+		require.GreaterOrEqual(t, inner, 0, "the second request picked while the claim was out")
+		if inner == outer {
+			same++
+		}
+	}
+	assert.Zero(t, same, "requests picking while a claim is out went to the claimed replica")
+}
+
 // TestPrefixLoadNewPrefixSpreads sends one-off prefixes to a lone router,
 // each adding its prompt to the chosen replica's pending prefill until its
 // first byte (two decisions later): they spread evenly, where rendezvous

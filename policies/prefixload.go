@@ -459,6 +459,13 @@ func (s *prefixLoad) pick(mem *memory, keys Keys, replicas []Replica) int {
 	if bet && !s.shared && nearHome {
 		choice = coldHome
 	}
+	if s.shared {
+		// The claim is a round trip to the shared store: mark the choice
+		// as this router's latest now, so that requests picking while it
+		// is out see it taken (settled's order) rather than all choosing
+		// the same replica from the same view.
+		mem.sent.mark(replicas[choice].Addr)
+	}
 	won, ok := homes.Claim(hk, replicas[choice].Addr)
 	if bet && !s.shared && choice != coldHome {
 		mem.provisional.Learn(hk, replicas[choice].Addr)
