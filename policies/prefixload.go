@@ -459,14 +459,19 @@ func (s *prefixLoad) pick(mem *memory, keys Keys, replicas []Replica) int {
 	if bet && !s.shared && nearHome {
 		choice = coldHome
 	}
+	var held orderHold
 	if s.shared {
-		// The claim is a round trip to the shared store: mark the choice
+		// The claim is a round trip to the shared store: hold the choice
 		// as this router's latest now, so that requests picking while it
 		// is out see it taken (settled's order) rather than all choosing
-		// the same replica from the same view.
-		mem.sent.mark(replicas[choice].Addr)
+		// the same replica from the same view. Pick marks the replica
+		// finally chosen; a choice the store overrode is released.
+		held = mem.sent.hold(replicas[choice].Addr)
 	}
 	won, ok := homes.Claim(hk, replicas[choice].Addr)
+	if s.shared && ok && won != replicas[choice].Addr {
+		mem.sent.release(held)
+	}
 	if bet && !s.shared && choice != coldHome {
 		mem.provisional.Learn(hk, replicas[choice].Addr)
 	}
@@ -596,14 +601,35 @@ func (d *dispatchOrder) last(addr string) uint64 {
 	return d.at[addr]
 }
 
-func (d *dispatchOrder) mark(addr string) {
+func (d *dispatchOrder) mark(addr string) { d.hold(addr) }
+
+// hold marks addr as chosen now and returns a token for release.
+func (d *dispatchOrder) hold(addr string) orderHold {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.n++
 	if d.at == nil {
 		d.at = map[string]uint64{}
 	}
+	h := orderHold{addr: addr, prev: d.at[addr], at: d.n}
 	d.at[addr] = d.n
-	d.mu.Unlock()
+	return h
+}
+
+// release undoes a hold whose replica was not chosen after all, unless it
+// was marked again since.
+func (d *dispatchOrder) release(h orderHold) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.at[h.addr] == h.at {
+		d.at[h.addr] = h.prev
+	}
+}
+
+// orderHold is one hold's mark and what it replaced.
+type orderHold struct {
+	addr     string
+	prev, at uint64
 }
 
 // Interface guards

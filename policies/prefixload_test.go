@@ -516,3 +516,25 @@ func TestLoadCountsPrefilling(t *testing.T) {
 	r.EngineWaiting = 4
 	assert.Equal(t, 9, r.Load())
 }
+
+// TestDispatchOrderHold: a hold marks a replica as chosen now; releasing
+// it restores the order before, unless the replica was marked since.
+func TestDispatchOrderHold(t *testing.T) {
+	var d dispatchOrder
+	d.mark("a")
+	d.mark("b")
+	h := d.hold("a")
+	assert.Greater(t, d.last("a"), d.last("b"), "held: a is the latest")
+	d.release(h)
+	assert.Less(t, d.last("a"), d.last("b"), "released: the order before")
+
+	h = d.hold("a")
+	d.mark("a")
+	marked := d.last("a")
+	d.release(h)
+	assert.Equal(t, marked, d.last("a"), "marked since the hold: the release leaves it")
+
+	h = d.hold("c")
+	d.release(h)
+	assert.Zero(t, d.last("c"), "never chosen before: never chosen")
+}
