@@ -160,11 +160,8 @@ type LLMSelection struct {
 	// rendezvous home, until a prefix comes back: one this router has
 	// seen, or one it believed cold that the engine reports at least half
 	// cached (another router placed it). Traffic that shares nothing gains
-	// nothing from the home and pays for it at the tail. With a
-	// homes_directory, such a run skips the directory's claim (a round
-	// trip per new prefix, which buys nothing when none comes back).
-	// Default 64; -1: never (the rendezvous home, or the claim, whatever
-	// the traffic).
+	// nothing from the home and pays for it at the tail. Default 64; -1:
+	// never (the rendezvous home whatever the traffic).
 	UniqueRun int `json:"unique_run,omitempty"`
 
 	// HomesDirectory, when set, shares where each new prefix was first

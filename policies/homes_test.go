@@ -463,32 +463,6 @@ func TestPrefixLoadClaimInFlight(t *testing.T) {
 	assert.Zero(t, same, "requests picking while a claim is out went to the claimed replica")
 }
 
-// TestPrefixLoadDirectoryUniqueRun proves that with a directory a run of
-// UniqueRun requests finding nothing seen before stops the claims (each a
-// round trip to the store), that a prefix coming back starts them again,
-// and that unique_run -1 claims every new prefix.
-func TestPrefixLoadDirectoryUniqueRun(t *testing.T) {
-	for _, run := range []int{8, -1} {
-		store := newMapStore()
-		s := mustStrategy(t, "prefix_load", Options{Peers: PeersSome, UniqueRun: run, Directory: NewStoreDirectory(store)})
-		rs := replicas(4)
-		key := func(k uint64) Keys {
-			return Keys{Leading: mix64(k), Blocks: []uint64{mix64(k + 1e6)}, LeadingBlocks: 1, Bytes: 2000}
-		}
-		for k := uint64(1); k <= 20; k++ {
-			require.GreaterOrEqual(t, s.Pick(key(k), rs), 0)
-		}
-		if run < 0 {
-			assert.Equal(t, 20, store.claims, "unique_run -1: every new prefix claimed")
-			continue
-		}
-		assert.Equal(t, run-1, store.claims, "claims stop once %d requests in a row found nothing seen before", run)
-		s.Pick(key(1), rs) // came back: its home is known from its claim
-		s.Pick(key(21), rs)
-		assert.Equal(t, run, store.claims, "a prefix that came back ends the run: the next new one is claimed")
-	}
-}
-
 // TestPrefixLoadNewPrefixSpreads sends one-off prefixes to a lone router,
 // each adding its prompt to the chosen replica's pending prefill until its
 // first byte (two decisions later): they spread evenly, where rendezvous

@@ -459,11 +459,6 @@ func (s *prefixLoad) pick(mem *memory, keys Keys, replicas []Replica) int {
 	if bet && !s.shared && nearHome {
 		choice = coldHome
 	}
-	if s.shared && mem.returns.unique(s.opts.UniqueRun) {
-		// Traffic that has shared nothing for a while: the claim's round
-		// trip buys agreement on prefixes that come back, and none do.
-		return choice
-	}
 	var held orderHold
 	if s.shared {
 		// The claim is a round trip to the shared store: hold the choice

@@ -125,11 +125,9 @@ type Options struct {
 	// reported at least half cached (another router placed it; see
 	// CheckObserver). The peer rule bets that a new prefix comes back,
 	// through this router or another; such a run says the traffic shares
-	// nothing. With a Directory, such a run places new prefixes by load
-	// without claiming them (the claim is a round trip to a shared store,
-	// which buys nothing when no prefix comes back). 0 selects
-	// DefaultUniqueRun; a negative value means never (the peer rule, or
-	// the claim, whatever the traffic).
+	// nothing. 0 selects
+	// DefaultUniqueRun; a negative value means never (the peer rule
+	// whatever the traffic).
 	UniqueRun int
 	// Directory, when set, is a table of homes shared with the other
 	// router instances: a new prefix placed by load is claimed there, and
