@@ -463,6 +463,56 @@ func TestPrefixLoadClaimInFlight(t *testing.T) {
 	assert.Zero(t, same, "requests picking while a claim is out went to the claimed replica")
 }
 
+// TestPrefixLoadClaimHoldReleased proves that the hold a claim puts on
+// its replica stays only on the replica the request finally goes to: with
+// the directory down (placed at the rendezvous home instead) and with a
+// store that names another router's home, after every pick the one
+// replica whose dispatch order moved is the one picked. Counts the picks
+// where the hold was on another replica, which the release undid.
+func TestPrefixLoadClaimHoldReleased(t *testing.T) {
+	elsewhere := newMapStore()
+	for _, c := range []struct {
+		name string
+		dir  Directory
+	}{{"directory down", &downDirectory{}}, {"another router's home", NewStoreDirectory(elsewhere)}} {
+		t.Run(c.name, func(t *testing.T) {
+			s := mustStrategy(t, "prefix_load", Options{Peers: PeersSome, Directory: c.dir})
+			sent := s.(*prefixLoad).mem.Load().sent
+			rs := replicas(6)
+			released := 0
+			for k := uint64(1); k <= 200; k++ {
+				keys := Keys{Leading: mix64(k), Blocks: []uint64{mix64(k + 1e6)}, LeadingBlocks: 1, Bytes: 2000}
+				// Another router placed the prefix at its rendezvous home.
+				elsewhere.homes[HomeKey(keys)] = rs[ranked(HomeKey(keys), rs)[0]].Addr
+				before := make([]uint64, len(rs))
+				for i := range rs {
+					before[i] = sent.last(rs[i].Addr)
+				}
+				// The least recently chosen replica is where a hold goes.
+				oldest := 0
+				for i := range rs {
+					if before[i] < before[oldest] {
+						oldest = i
+					}
+				}
+				p := s.Pick(keys, rs)
+				require.GreaterOrEqual(t, p, 0)
+				for i := range rs {
+					if i != p {
+						require.Equal(t, before[i], sent.last(rs[i].Addr), "key %d: replica %d's order moved, picked %d", k, i, p)
+					}
+				}
+				assert.Greater(t, sent.last(rs[p].Addr), before[p])
+				if p != oldest {
+					released++
+				}
+			}
+			t.Logf("%d of 200 picks went elsewhere than the held replica", released)
+			assert.Positive(t, released, "the release must be exercised")
+		})
+	}
+}
+
 // TestPrefixLoadNewPrefixSpreads sends one-off prefixes to a lone router,
 // each adding its prompt to the chosen replica's pending prefill until its
 // first byte (two decisions later): they spread evenly, where rendezvous

@@ -465,20 +465,29 @@ func (s *prefixLoad) pick(mem *memory, keys Keys, replicas []Replica) int {
 		// as this router's latest now, so that requests picking while it
 		// is out see it taken (settled's order) rather than all choosing
 		// the same replica from the same view. Pick marks the replica
-		// finally chosen; a choice the store overrode is released.
+		// finally chosen; a choice not taken after all is released.
 		held = mem.sent.hold(replicas[choice].Addr)
 	}
-	won, ok := homes.Claim(hk, replicas[choice].Addr)
-	if s.shared && ok && won != replicas[choice].Addr {
+	final := s.claim(homes, hk, replicas, choice, coldHome, bet && nearHome, coldBound, minLoad)
+	if s.shared && final != choice {
 		mem.sent.release(held)
 	}
 	if bet && !s.shared && choice != coldHome {
 		mem.provisional.Learn(hk, replicas[choice].Addr)
 	}
+	return final
+}
+
+// claim records replicas[choice] as hk's home in homes and returns where
+// the new prefix goes: choice, or the home another router claimed first
+// (when within the cold bound), or, when the directory did not answer,
+// coldHome if the prefix would have gone there without one (homeNear).
+func (s *prefixLoad) claim(homes Directory, hk uint64, replicas []Replica, choice, coldHome int, homeNear bool, coldBound, minLoad int) int {
+	won, ok := homes.Claim(hk, replicas[choice].Addr)
 	switch {
 	case !ok:
 		// The shared directory did not answer: as with no directory.
-		if bet && nearHome {
+		if homeNear {
 			return coldHome
 		}
 	case won != replicas[choice].Addr:
