@@ -176,13 +176,11 @@ func TestPeerSenseSampleTime(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p := newPeerSense()
 			p.peers.Store(!c.wantPeers)
-			p.score.Store(peerScoreMax / 2)
 			views(p, 200, c.now, c.since, c.eng)
 			assert.Equal(t, c.wantPeers, p.peers.Load(), "judged at sample time")
 
 			q := newPeerSense()
 			q.peers.Store(!c.nowPeers)
-			q.score.Store(peerScoreMax / 2)
 			views(q, 200, c.now, 0, c.eng)
 			assert.Equal(t, c.nowPeers, q.peers.Load(), "judged against the count now, the other answer")
 		})
