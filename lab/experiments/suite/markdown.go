@@ -2,7 +2,9 @@ package suite
 
 import (
 	"fmt"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/llmroute/caddy-llmroute/lab/experiments/sim"
@@ -21,35 +23,13 @@ func SummaryMarkdown(rec *StandardRecord, sweep *SweepRecord) string {
 		"See docs/experiments.md for what each figure means and why this point.\n\n",
 		st.Replicas, st.KVBlocks, st.Cap, st.Util, st.Requests, st.SampleInterval, st.Feedback)
 	for _, kind := range sortedKinds(rec.Workloads) {
-		wr := rec.Workloads[kind]
 		fmt.Fprintf(&b, "## %s\n\n", kind)
-		onReplicas := ""
-		if n := StandardFor(kind, st).Replicas; n != st.Replicas {
-			onReplicas = fmt.Sprintf(" on %d replicas", n)
-		}
-		fmt.Fprintf(&b, "%d requests at %.2f req/s%s, mean prompt %.0f tokens, mean output %.0f tokens.\n\n",
-			wr.Params.Requests, wr.Params.Rate, onReplicas, wr.MeanPromptTokens, wr.MeanOutputTokens)
-		b.WriteString("| policy | token hit rate | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | e2e p50 ms | e2e p99 ms | throughput tok/s | max/min load | errors |\n")
-		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, p := range sim.Policies {
-			r := wr.Policies[p]
-			if r == nil {
-				continue
-			}
-			name := p
-			if p == "prefix_load" {
-				name = "**prefix_load**"
-			}
-			fmt.Fprintf(&b, "| %s | %.3f | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %.2f | %d |\n",
-				name, r.TokenHitRate, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.E2E.P50, r.E2E.P99, r.ThroughputTokS, r.MaxMinLoadRatio, r.Errors)
-		}
+		b.WriteString(StandardWorkloadMarkdown(rec, kind))
 		b.WriteString("\n")
 	}
 	if len(rec.Targets) > 0 {
-		b.WriteString("## Targets\n\n| target | value | needed | met | detail |\n|---|---:|---|---|---|\n")
-		for _, t := range rec.Targets {
-			fmt.Fprintf(&b, "| %s | %g | %s | %s | %s |\n", t.Name, t.Value, t.Need, map[bool]string{true: "yes", false: "**no**"}[t.Met], t.Detail)
-		}
+		b.WriteString("## Targets\n\n")
+		b.WriteString(TargetsMarkdown(rec.Targets))
 		b.WriteString("\n")
 	}
 	if sweep != nil {
@@ -57,6 +37,49 @@ func SummaryMarkdown(rec *StandardRecord, sweep *SweepRecord) string {
 		b.WriteString(SweepTable(sweep, func(p SweepPoint) string { return fmt.Sprintf("%.2f (%.0f)", p.TokenHitRate, p.TTFTP50Ms) }))
 	}
 	b.WriteString("Plots: `plots/ttft_cdf_<workload>.png`, `plots/hit_rate.png`, `plots/load_share_<workload>.png`, `plots/kv_sweep_*.png`, `plots/load_sweep_*.png`, `plots/residency_*.png`.\n")
+	return b.String()
+}
+
+// StandardWorkloadMarkdown renders one workload's part of summary.md
+// below its heading: the workload's line (requests, rate, prompt and
+// output sizes) and its table, one row per policy.
+func StandardWorkloadMarkdown(rec *StandardRecord, kind string) string {
+	var b strings.Builder
+	st := rec.Standard
+	wr := rec.Workloads[kind]
+	if wr == nil {
+		return ""
+	}
+	onReplicas := ""
+	if n := StandardFor(kind, st).Replicas; n != st.Replicas {
+		onReplicas = fmt.Sprintf(" on %d replicas", n)
+	}
+	fmt.Fprintf(&b, "%d requests at %.2f req/s%s, mean prompt %.0f tokens, mean output %.0f tokens.\n\n",
+		wr.Params.Requests, wr.Params.Rate, onReplicas, wr.MeanPromptTokens, wr.MeanOutputTokens)
+	b.WriteString("| policy | token hit rate | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | e2e p50 ms | e2e p99 ms | throughput tok/s | max/min load | errors |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, p := range sim.Policies {
+		r := wr.Policies[p]
+		if r == nil {
+			continue
+		}
+		name := p
+		if p == "prefix_load" {
+			name = "**prefix_load**"
+		}
+		fmt.Fprintf(&b, "| %s | %.3f | %.1f | %.1f | %.1f | %.0f | %.0f | %.0f | %.2f | %d |\n",
+			name, r.TokenHitRate, r.TTFT.P50, r.TTFT.P90, r.TTFT.P99, r.E2E.P50, r.E2E.P99, r.ThroughputTokS, r.MaxMinLoadRatio, r.Errors)
+	}
+	return b.String()
+}
+
+// TargetsMarkdown renders summary.md's table of targets.
+func TargetsMarkdown(targets []Target) string {
+	var b strings.Builder
+	b.WriteString("| target | value | needed | met | detail |\n|---|---:|---|---|---|\n")
+	for _, t := range targets {
+		fmt.Fprintf(&b, "| %s | %g | %s | %s | %s |\n", t.Name, t.Value, t.Need, map[bool]string{true: "yes", false: "**no**"}[t.Met], t.Detail)
+	}
 	return b.String()
 }
 
@@ -157,6 +180,66 @@ func ResidencyMarkdown(rec *ResidencyRecord) string {
 				r.BoundaryMeanTok, r.BoundaryAbsTok, r.MeanIndexCap, r.Errors, agree)
 		}
 		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// SweepRow is a row of SweepRowsTable: one policy on one workload.
+type SweepRow struct {
+	Workload, Policy string
+}
+
+// SweepRowsTable renders one table of a sweep: one row per SweepRow, one
+// column per knob value (headed title, then the values with thousands
+// separators), each cell the record's own seed's point rendered by cell
+// ("-" where there is none).
+func SweepRowsTable(rec *SweepRecord, title string, rows []SweepRow, cell func(SweepPoint) string) string {
+	type key struct {
+		w, p string
+		v    float64
+	}
+	m := map[key]SweepPoint{}
+	for _, pt := range rec.Points {
+		if pt.Seed != 0 && pt.Seed != rec.Seed {
+			continue
+		}
+		m[key{pt.Workload, pt.Policy, pt.Value}] = pt
+	}
+	vals := append([]float64(nil), rec.Values...)
+	sort.Float64s(vals)
+	var b strings.Builder
+	fmt.Fprintf(&b, "| %s |", title)
+	for _, v := range vals {
+		fmt.Fprintf(&b, " %s |", Thousands(v))
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(vals)) + "\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s %s |", r.Workload, r.Policy)
+		for _, v := range vals {
+			if pt, ok := m[key{r.Workload, r.Policy, v}]; ok {
+				fmt.Fprintf(&b, " %s |", cell(pt))
+			} else {
+				b.WriteString(" - |")
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// Thousands renders x rounded to an integer with commas between groups
+// of three digits (16384 -> "16,384").
+func Thousands(x float64) string {
+	s := strconv.FormatFloat(math.Abs(math.Round(x)), 'f', 0, 64)
+	var b strings.Builder
+	if x <= -0.5 {
+		b.WriteByte('-')
+	}
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
 	}
 	return b.String()
 }
