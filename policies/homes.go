@@ -231,9 +231,10 @@ func (p *peerSense) observe(replicas []Replica) {
 	switch {
 	case 2*eng >= 3*own+4: // at least 1.5x what this router sent, and 2 more
 		d = 1
-	case own <= eng && 4*eng <= 5*own: // what it sent, up to 1.25x
-		// (Fewer than it sent is a scrape from before its requests
-		// began, as at start-up: no evidence either way.)
+	case 4*own <= 5*eng && 4*eng <= 5*own: // what it sent, 0.8x to 1.25x
+		// (Judged at sample time, a little less than it sent is requests
+		// still on their way to the engine or ended there but not yet at
+		// the router. Much less is no evidence either way.)
 		d = -1
 	default:
 		return

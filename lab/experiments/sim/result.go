@@ -56,6 +56,19 @@ type Result struct {
 
 	Residency Residency `json:"residency"`
 
+	// PeersShare is, for a strategy that infers whether it has peers
+	// (prefix_load, policies.PeerSensor), the fraction of its placements
+	// made while it believed other routers share the replicas (right: 1
+	// with several routers, 0 with one). PeerFlips counts the changes of
+	// that belief over every router, and FirstAloneS is the time in
+	// seconds from the start of the run at which a router first believed
+	// itself alone (0: never).
+	PeersShare  float64 `json:"peers_share,omitempty"`
+	PeerFlips   int     `json:"peer_flips,omitempty"`
+	FirstAloneS float64 `json:"first_alone_s,omitempty"`
+	peerPicks   int
+	peerTrue    int
+
 	// With several routers: AgreementKeys leading keys were seen by at
 	// least two of them, and Agreement is the fraction of those that every
 	// router sent to the same replica the first time it saw the key (when
@@ -189,6 +202,9 @@ func (r *Result) record(s *Sim, f *flight, ok bool, u simengine.Usage) {
 func (r *Result) summarize() {
 	if r.PromptTokens > 0 {
 		r.TokenHitRate = float64(r.CachedTokens) / float64(r.PromptTokens)
+	}
+	if r.peerPicks > 0 {
+		r.PeersShare = float64(r.peerTrue) / float64(r.peerPicks)
 	}
 	if r.keep {
 		r.TTFTSamples = append([]float64(nil), r.ttft...)

@@ -133,6 +133,10 @@ type replicaView struct {
 
 type router struct {
 	picker picker
+	// sensor is the picker's strategy when it infers peers, and peers
+	// what it believed at its last placement.
+	sensor policies.PeerSensor
+	peers  bool
 	reps   []replicaView
 	queue  []*flight
 	view   []policies.Replica
@@ -224,6 +228,11 @@ func newSim(cfg Config, w *workload.Workload) (*Sim, error) {
 			return nil, err
 		}
 		rt := &router{picker: p, reps: make([]replicaView, cfg.Replicas), view: make([]policies.Replica, cfg.Replicas)}
+		if sp, ok := p.(strategyPicker); ok {
+			if ps, ok := sp.s.(policies.PeerSensor); ok && ps.Peers() {
+				rt.sensor, rt.peers = ps, true
+			}
+		}
 		for i := range rt.reps {
 			rt.reps[i].belief = policies.NewBelief(cfg.IndexBlocks)
 		}
@@ -348,6 +357,9 @@ func (s *Sim) dispatch(rt *router, f *flight) bool {
 	}
 	rp, v := s.reps[i], &rt.reps[i]
 	f.replica = i
+	if rt.sensor != nil {
+		s.notePeers(rt)
+	}
 	s.placeFirst(f, i)
 	f.trueTok = rp.eng.CachedPrefixTokens(f.tokens)
 	pl := v.belief.Place(f.req.Keys) // optimistic, as the module is
@@ -370,6 +382,23 @@ func (s *Sim) dispatch(rt *router, f *flight) bool {
 		s.step(i)
 	}
 	return true
+}
+
+// notePeers records what rt's strategy believed about peers at a
+// placement.
+func (s *Sim) notePeers(rt *router) {
+	peers := rt.sensor.Peers()
+	s.res.peerPicks++
+	if peers {
+		s.res.peerTrue++
+	}
+	if peers != rt.peers {
+		rt.peers = peers
+		s.res.PeerFlips++
+		if !peers && s.res.FirstAloneS == 0 {
+			s.res.FirstAloneS = max(s.now.Seconds(), 1e-3)
+		}
+	}
 }
 
 // step runs one engine step starting now; its events are delivered at its

@@ -317,3 +317,38 @@ func TestIndexAnswers(t *testing.T) {
 		t.Errorf("with answers precision fell from %v to %v", off.Residency.Precision, on.Residency.Precision)
 	}
 }
+
+// TestPeerBelief proves the run reports what prefix_load believed about
+// peers: one router starts assuming them and learns from the engines'
+// metrics that it is alone (one flip, early, most placements made alone),
+// three routers never believe themselves alone, and a strategy that does
+// not infer peers reports nothing.
+func TestPeerBelief(t *testing.T) {
+	w := func() *workload.Workload {
+		w, err := workload.Generate(workload.Params{Kind: workload.SharedPrefix, Requests: 1500, Rate: 40, Groups: 64,
+			SystemTokens: 256, QuestionTokens: 16, OutputTokens: 64, Seed: 5, Parse: policies.ParseConfig{Deployment: "t"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	run := func(policy string, routers int) *Result {
+		cfg := config(policy, 1024)
+		cfg.Routers, cfg.EngineMetrics, cfg.SampleInterval = routers, true, time.Second
+		return mustRun(t, cfg, w())
+	}
+	one := run("prefix_load", 1)
+	t.Logf("one router: peers share %.3f, flips %d, alone at %.2f s", one.PeersShare, one.PeerFlips, one.FirstAloneS)
+	if one.PeerFlips != 1 || one.FirstAloneS <= 0 || one.FirstAloneS > 10 || one.PeersShare <= 0 || one.PeersShare >= 0.5 {
+		t.Errorf("one router: peers share %v, flips %d, alone at %v s; want one flip to alone within 10 s, most placements alone",
+			one.PeersShare, one.PeerFlips, one.FirstAloneS)
+	}
+	three := run("prefix_load", 3)
+	if three.PeerFlips != 0 || three.FirstAloneS != 0 || three.PeersShare != 1 {
+		t.Errorf("three routers: peers share %v, flips %d, alone at %v s; want peers throughout", three.PeersShare, three.PeerFlips, three.FirstAloneS)
+	}
+	rr := run("round_robin", 1)
+	if rr.PeersShare != 0 || rr.PeerFlips != 0 || rr.FirstAloneS != 0 {
+		t.Errorf("round_robin: peers share %v, flips %d, alone at %v s; want nothing reported", rr.PeersShare, rr.PeerFlips, rr.FirstAloneS)
+	}
+}
