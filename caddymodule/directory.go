@@ -53,6 +53,14 @@ type HomesDirectoryConfig struct {
 // directoryDownFor is how long a store that failed is left alone.
 const directoryDownFor = time.Second
 
+// maxIdleConns bounds the connections kept open for the next claims.
+const maxIdleConns = 16
+
+// maxLaterClaims bounds the claims made off the request's path that are
+// out at once (each a goroutine waiting at most the timeout); past it a
+// claim is dropped: the prefix goes unrecorded, as when the store is down.
+const maxLaterClaims = 64
+
 // directories holds one client per configuration, shared by the policies
 // of successive reloads so that a reload opens no new connections.
 var directories sync.Map // config key -> *redisHomes
@@ -97,6 +105,9 @@ type redisHomes struct {
 	downUntil atomic.Int64
 	warned    atomic.Bool
 
+	// later holds a token per claim out off the request's path.
+	later chan struct{}
+
 	mu   sync.Mutex
 	idle []*respConn
 }
@@ -113,7 +124,7 @@ func newRedisHomes(cfg HomesDirectoryConfig, logger *zap.Logger) (*redisHomes, e
 		return nil, fmt.Errorf("homes_directory: want redis://host:port[/db], got %q", cfg.URL)
 	}
 	d := &redisHomes{addr: u.Host, prefix: cfg.KeyPrefix, ttlMS: strconv.FormatInt(time.Duration(cfg.TTL).Milliseconds(), 10),
-		timeout: time.Duration(cfg.Timeout), logger: logger}
+		timeout: time.Duration(cfg.Timeout), logger: logger, later: make(chan struct{}, maxLaterClaims)}
 	d.dir = policies.NewStoreDirectory(d)
 	if _, _, err := net.SplitHostPort(d.addr); err != nil {
 		d.addr = net.JoinHostPort(d.addr, "6379")
@@ -140,9 +151,49 @@ func (d *redisHomes) Home(key uint64) (string, bool) { return d.dir.Home(key) }
 // answer.
 func (d *redisHomes) Claim(key uint64, addr string) (string, bool) { return d.dir.Claim(key, addr) }
 
-// ClaimHome implements policies.HomeStore: SET NX GET, unless the store
-// failed within the last directoryDownFor.
+// ClaimLater implements policies.LaterClaimer: the claim runs off the
+// request's path (ClaimHomeLater) and its answer is cached.
+func (d *redisHomes) ClaimLater(key uint64, addr string, done func(home string, ok bool)) {
+	d.dir.ClaimLater(key, addr, done)
+}
+
+// ClaimHome implements policies.HomeStore: SET NX GET on the request's
+// path.
 func (d *redisHomes) ClaimHome(key uint64, addr string) (string, bool) {
+	home, ok := d.claim(key, addr)
+	metricHomesClaims.WithLabelValues(claimHow(ok, "path")).Inc()
+	return home, ok
+}
+
+// ClaimHomeLater implements policies.LaterHomeStore: the claim in a
+// goroutine of its own, at most maxLaterClaims at once (past that it is
+// dropped and done never runs), each bounded by the store's timeout.
+func (d *redisHomes) ClaimHomeLater(key uint64, addr string, done func(home string, ok bool)) {
+	select {
+	case d.later <- struct{}{}:
+	default:
+		metricHomesClaims.WithLabelValues("dropped").Inc()
+		return
+	}
+	go func() {
+		defer func() { <-d.later }()
+		home, ok := d.claim(key, addr)
+		metricHomesClaims.WithLabelValues(claimHow(ok, "later")).Inc()
+		done(home, ok)
+	}()
+}
+
+// claimHow is a claim's label in llmroute_homes_directory_claims_total.
+func claimHow(ok bool, how string) string {
+	if !ok {
+		return "failed"
+	}
+	return how
+}
+
+// claim is SET NX GET, unless the store failed within the last
+// directoryDownFor.
+func (d *redisHomes) claim(key uint64, addr string) (string, bool) {
 	if time.Now().UnixNano() < d.downUntil.Load() {
 		return "", false
 	}
@@ -177,8 +228,13 @@ func (d *redisHomes) do(args ...string) (val string, isNil bool, err error) {
 		return "", false, err
 	}
 	d.mu.Lock()
-	d.idle = append(d.idle, c)
+	if len(d.idle) < maxIdleConns {
+		d.idle, c = append(d.idle, c), nil
+	}
 	d.mu.Unlock()
+	if c != nil {
+		c.Close() // a burst's extra connection
+	}
 	return val, isNil, nil
 }
 
@@ -271,6 +327,7 @@ func readReply(r *bufio.Reader) (string, bool, error) {
 
 // Interface guards
 var (
-	_ policies.Directory = (*redisHomes)(nil)
-	_ policies.HomeStore = (*redisHomes)(nil)
+	_ policies.Directory      = (*redisHomes)(nil)
+	_ policies.LaterClaimer   = (*redisHomes)(nil)
+	_ policies.LaterHomeStore = (*redisHomes)(nil)
 )

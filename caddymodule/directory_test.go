@@ -6,14 +6,17 @@ import (
 	"io"
 	"net"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -30,6 +33,8 @@ type fakeRESP struct {
 	kv       map[string]string
 	commands []string
 	password string
+	// gate, when set, holds every SET's reply until it is closed.
+	gate chan struct{}
 }
 
 func newFakeRESP(t *testing.T, password string) *fakeRESP {
@@ -88,7 +93,11 @@ func (f *fakeRESP) serve(c net.Conn) {
 				reply = "$-1\r\n"
 			}
 		}
+		gate := f.gate
 		f.mu.Unlock()
+		if gate != nil && args[0] == "SET" {
+			<-gate
+		}
 		if _, err := c.Write([]byte(reply)); err != nil {
 			return
 		}
@@ -160,6 +169,62 @@ func TestHomesDirectoryDown(t *testing.T) {
 	got, ok := d.Claim(3, "r2:1")
 	assert.True(t, ok)
 	assert.Equal(t, "r2:1", got)
+}
+
+// TestHomesDirectoryClaimsLater proves claims made off the request's path
+// are bounded: with the store holding its replies, 100 claims leave 64
+// out (one goroutine each) and drop 36 at once, the 64 answer when the
+// store does, their answers are cached for Home, and nothing stays out
+// but 16 idle connections.
+func TestHomesDirectoryClaimsLater(t *testing.T) {
+	f := newFakeRESP(t, "")
+	gate := make(chan struct{})
+	f.mu.Lock()
+	f.gate = gate
+	f.mu.Unlock()
+	d, err := newRedisHomes(HomesDirectoryConfig{URL: f.url(), KeyPrefix: "t:", TTL: caddy.Duration(time.Minute),
+		Timeout: caddy.Duration(5 * time.Second)}, nil)
+	require.NoError(t, err)
+	dropped0 := testutil.ToFloat64(metricHomesClaims.WithLabelValues("dropped"))
+	later0 := testutil.ToFloat64(metricHomesClaims.WithLabelValues("later"))
+	goroutines := runtime.NumGoroutine()
+	var answered, yours atomic.Int32
+	for k := uint64(1); k <= 100; k++ {
+		d.ClaimLater(k, "r1:1", func(home string, ok bool) {
+			if ok && home == "r1:1" {
+				yours.Add(1)
+			}
+			answered.Add(1)
+		})
+	}
+	assert.Equal(t, 36.0, testutil.ToFloat64(metricHomesClaims.WithLabelValues("dropped"))-dropped0, "past 64 out, dropped")
+	assert.Len(t, d.later, maxLaterClaims, "64 out")
+	assert.Zero(t, answered.Load(), "none answered while the store holds its replies")
+	close(gate)
+	deadline := time.Now().Add(10 * time.Second)
+	for answered.Load() < maxLaterClaims && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	assert.Equal(t, int32(maxLaterClaims), answered.Load())
+	assert.Equal(t, int32(maxLaterClaims), yours.Load(), "every one recorded as this router's")
+	assert.Equal(t, float64(maxLaterClaims), testutil.ToFloat64(metricHomesClaims.WithLabelValues("later"))-later0)
+	for len(d.later) > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	assert.Empty(t, d.later, "no claim out")
+	home, ok := d.Home(1)
+	assert.True(t, ok && home == "r1:1", "the answer is cached")
+	_, ok = d.Home(100)
+	assert.False(t, ok, "a dropped claim recorded nothing")
+	d.mu.Lock()
+	idle := len(d.idle)
+	d.mu.Unlock()
+	assert.Equal(t, maxIdleConns, idle, "the burst's extra connections closed")
+	// What is left: the fake server's goroutine per open connection.
+	for runtime.NumGoroutine() > goroutines+maxIdleConns && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	assert.LessOrEqual(t, runtime.NumGoroutine(), goroutines+maxIdleConns, "the claims' goroutines ended")
 }
 
 // TestHomesDirectoryAuth: a password in the URL is sent first; a wrong
@@ -263,9 +328,19 @@ func TestHomesDirectoryRealServer(t *testing.T) {
 	}
 	ra, rb := view(0), view(2) // a's least loaded is replica 0, b's is replica 2
 	agreed, byLoad := 0, 0
+	later0 := testutil.ToFloat64(metricHomesClaims.WithLabelValues("later"))
 	for k := uint64(1); k <= 100; k++ {
 		keys := policies.Keys{Leading: k * 7919, Blocks: []uint64{k}, LeadingBlocks: 1, Bytes: 4000}
 		pa := a.Pick(keys, ra)
+		// b's request comes a round trip later: from the 64th key on a
+		// sees nothing come back (a unique run) and claims off the path.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if _, ok := da.Home(policies.HomeKey(keys)); ok || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
 		pb := b.Pick(keys, rb)
 		require.Equal(t, pa, pb, "key %d", k)
 		agreed++
@@ -275,4 +350,6 @@ func TestHomesDirectoryRealServer(t *testing.T) {
 	}
 	assert.Equal(t, 100, agreed)
 	assert.Equal(t, 100, byLoad, "every new prefix went where the first router's load put it")
+	assert.Equal(t, 37.0, testutil.ToFloat64(metricHomesClaims.WithLabelValues("later"))-later0,
+		"a claimed keys 64-100 off the path; b, told each time that a placed it, never")
 }

@@ -45,6 +45,10 @@ var (
 		Namespace: metricNS, Name: "slot_holds_total",
 		Help: "Requests past slot_hold, by how: none (nothing of their prompt ran), ended (they waited for it to end), timeout (they waited slot_hold), skipped (waiting was expected to take longer than their own prefill), gone (the client left).",
 	}, []string{"outcome"})
+	metricHomesClaims = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNS, Name: "homes_directory_claims_total",
+		Help: "Claims of new prefixes in the homes directory, by how: path (answered before the request went on), later (made off the request's path, during a run of traffic that shares nothing), dropped (too many later claims out), failed (the store did not answer).",
+	}, []string{"how"})
 	metricTTFB = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: metricNS, Name: "time_to_first_byte_seconds",
 		Help:    "Time from request arrival to the first response byte relayed.",
@@ -177,7 +181,7 @@ func registerMetrics(ctx caddy.Context) {
 	for _, c := range []prometheus.Collector{
 		metricRequests, metricRejected, metricCooldowns, metricQueueDepth, metricQueueWait,
 		metricDecision, metricTTFB, metricSlotHolds, metricPredictedTokens, metricReportedTokens, metricPromptTokens,
-		metricPredictions, metricIndexPurges, metricStatusOverrides, metricSessionRoutes, metricStateRoutes, stateCollector{},
+		metricPredictions, metricIndexPurges, metricStatusOverrides, metricSessionRoutes, metricStateRoutes, metricHomesClaims, stateCollector{},
 		metricTenantRequests, metricTenantRejected, metricTenantQueueWait, metricTenantTokens, tenantCollector{},
 	} {
 		if err := reg.Register(c); err != nil {

@@ -114,6 +114,28 @@ type HomeStore interface {
 	ClaimHome(key uint64, addr string) (home string, ok bool)
 }
 
+// LaterHomeStore is a HomeStore that can also claim off the caller's
+// path.
+type LaterHomeStore interface {
+	HomeStore
+	// ClaimHomeLater makes ClaimHome's claim and calls done with its
+	// answer once it has one, without waiting for it. It may drop the
+	// claim (done then never runs), as when too many are out.
+	ClaimHomeLater(key uint64, addr string, done func(home string, ok bool))
+}
+
+// LaterClaimer is a Directory that can claim off the request's path:
+// prefix_load uses it for new prefixes during a unique run (traffic that
+// has shared nothing for Options.UniqueRun requests), where the claim's
+// answer is almost always "yours" and waiting for it only adds its round
+// trip to the request.
+type LaterClaimer interface {
+	// ClaimLater makes Claim's claim and calls done with its answer (once
+	// the Directory has learnt it), without waiting for the store when
+	// the store can answer later; done may never run.
+	ClaimLater(key uint64, addr string, done func(home string, ok bool))
+}
+
 // StoreDirectory is a router's Directory over a shared HomeStore. Claim
 // asks the store; Home answers from the store's answers this router has
 // received, with no round trip. So a router learns a prefix's home from
@@ -140,6 +162,22 @@ func (d *StoreDirectory) Claim(key uint64, addr string) (string, bool) {
 		d.cache.Learn(key, home)
 	}
 	return home, ok
+}
+
+// ClaimLater implements LaterClaimer: through the store's ClaimHomeLater
+// when it has one (LaterHomeStore), else as Claim, before it returns.
+func (d *StoreDirectory) ClaimLater(key uint64, addr string, done func(home string, ok bool)) {
+	ls, ok := d.store.(LaterHomeStore)
+	if !ok {
+		done(d.Claim(key, addr))
+		return
+	}
+	ls.ClaimHomeLater(key, addr, func(home string, ok bool) {
+		if ok {
+			d.cache.Learn(key, home)
+		}
+		done(home, ok)
+	})
 }
 
 // PeerMode says whether other clients (router instances) send to the same

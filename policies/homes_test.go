@@ -354,11 +354,6 @@ func TestPrefixLoadNewPrefixQueuedHome(t *testing.T) {
 	assert.GreaterOrEqual(t, got, 0)
 }
 
-// TestPrefixLoadSharedDirectory runs two router instances with peers and
-// one shared Directory over different load views: each new prefix goes
-// where the first instance to see it placed it by load, so the second
-// agrees on its first placement even when its own view would choose
-// elsewhere.
 // mapStore is a HomeStore in memory, as Valkey's SET NX GET answers; down
 // makes it fail.
 type mapStore struct {
@@ -448,6 +443,84 @@ func TestPrefixLoadSharedDirectory(t *testing.T) {
 	assert.Equal(t, 400, store.claims, "one claim per prefix and router")
 }
 
+// laterStore is a mapStore that also claims later (LaterHomeStore): the
+// test delivers the answers of the claims it holds.
+type laterStore struct {
+	*mapStore
+	held []func()
+}
+
+func (l *laterStore) ClaimHomeLater(key uint64, addr string, done func(string, bool)) {
+	l.held = append(l.held, func() { done(l.ClaimHome(key, addr)) })
+}
+
+// deliver answers every held claim, in order, and returns how many.
+func (l *laterStore) deliver() int {
+	n := len(l.held)
+	for _, f := range l.held {
+		f()
+	}
+	l.held = nil
+	return n
+}
+
+// TestPrefixLoadUniqueRunClaimsLater proves the directory's claims leave
+// the request's path during a unique run, and only then: the first
+// UniqueRun new prefixes are claimed before their pick returns; from the
+// next on the pick goes by load at once, even for a prefix another router
+// already placed, and the claim is answered later; that answer naming
+// another router's home ends the run, as does a claim made on the path
+// that names one.
+func TestPrefixLoadUniqueRunClaimsLater(t *testing.T) {
+	store := &laterStore{mapStore: newMapStore()}
+	dir := NewStoreDirectory(store)
+	s := mustStrategy(t, "prefix_load", Options{Peers: PeersSome, Directory: dir, UniqueRun: 8})
+	rs := replicas(4)
+	rs[2].PendingPrefill = 0
+	for i := range rs {
+		if i != 2 {
+			rs[i].PendingPrefill = 10000
+		}
+	}
+	key := func(k uint64) Keys {
+		return Keys{Leading: mix64(k), Blocks: []uint64{mix64(k + 1e6)}, LeadingBlocks: 1, Bytes: 2000}
+	}
+	for k := uint64(1); k <= 7; k++ {
+		require.Equal(t, 2, s.Pick(key(k), rs))
+	}
+	require.Equal(t, 7, store.claims, "the first 7 claimed on the path")
+	require.Empty(t, store.held)
+
+	// The 8th new prefix in a row is the run: by load at once, also
+	// where another router placed it.
+	store.homes[HomeKey(key(9))] = rs[0].Addr
+	for k := uint64(8); k <= 9; k++ {
+		assert.Equal(t, 2, s.Pick(key(k), rs), "key %d by load, its claim not answered", k)
+	}
+	assert.Equal(t, 7, store.claims, "no claim on the path during the run")
+	require.Equal(t, 2, store.deliver(), "both claimed later")
+	home, ok := dir.Home(HomeKey(key(9)))
+	assert.True(t, ok && home == rs[0].Addr, "the later answer is learnt: the prefix's next request goes to the other router's home")
+	assert.Equal(t, 0, s.Pick(key(9), replicas(4)), "(no prefill queued anywhere: no detour)")
+
+	// That answer ended the run: the next new prefixes are claimed on
+	// the path, and a claim on the path that names another router's
+	// home keeps the run from starting.
+	claims := store.claims
+	for k := uint64(10); k <= 15; k++ {
+		s.Pick(key(k), rs)
+	}
+	store.homes[HomeKey(key(16))] = rs[1].Addr
+	assert.Equal(t, 1, s.Pick(key(16), rs), "another router's home, claimed on the path")
+	for k := uint64(17); k <= 23; k++ {
+		s.Pick(key(k), rs)
+	}
+	assert.Equal(t, claims+14, store.claims, "every one claimed on the path")
+	assert.Empty(t, store.held, "none claimed later")
+	s.Pick(key(24), rs)
+	assert.Len(t, store.held, 1, "8 new prefixes in a row since: the run again")
+}
+
 // slowDirectory is a Directory whose Claim runs during (a request
 // picking while a claim's round trip to the store is out).
 type slowDirectory struct {
@@ -470,7 +543,9 @@ func (d *slowDirectory) Claim(key uint64, addr string) (string, bool) {
 // replica. Counted over 100 pairs of new prefixes on idle replicas.
 func TestPrefixLoadClaimInFlight(t *testing.T) {
 	dir := &slowDirectory{StoreDirectory: NewStoreDirectory(newMapStore())}
-	s := mustStrategy(t, "prefix_load", Options{Peers: PeersNone, Directory: dir})
+	// Every prefix is new: no unique run, so that every claim is made on
+	// the request's path.
+	s := mustStrategy(t, "prefix_load", Options{Peers: PeersNone, Directory: dir, UniqueRun: -1})
 	rs := replicas(4)
 	same := 0
 	for k := uint64(1); k <= 100; k++ {

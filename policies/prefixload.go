@@ -459,6 +459,21 @@ func (s *prefixLoad) pick(mem *memory, keys Keys, replicas []Replica) int {
 	if bet && !s.shared && nearHome {
 		choice = coldHome
 	}
+	if s.shared && mem.returns.unique(s.opts.UniqueRun) {
+		if lc, ok := homes.(LaterClaimer); ok {
+			// Traffic that shares nothing: the claim's answer is almost
+			// always "yours", and waiting for it adds a round trip to
+			// every request. Claim later; an answer naming another
+			// router's home says prefixes do come back, and ends the run.
+			addr := replicas[choice].Addr
+			lc.ClaimLater(hk, addr, func(won string, ok bool) {
+				if ok && won != addr {
+					mem.returns.saw(true)
+				}
+			})
+			return choice
+		}
+	}
 	var held orderHold
 	if s.shared {
 		// The claim is a round trip to the shared store: hold the choice
@@ -468,7 +483,7 @@ func (s *prefixLoad) pick(mem *memory, keys Keys, replicas []Replica) int {
 		// finally chosen; a choice not taken after all is released.
 		held = mem.sent.hold(replicas[choice].Addr)
 	}
-	final := s.claim(homes, hk, replicas, choice, coldHome, bet && nearHome, coldBound, minLoad)
+	final := s.claim(mem, homes, hk, replicas, choice, coldHome, bet && nearHome, coldBound, minLoad)
 	if s.shared && final != choice {
 		mem.sent.release(held)
 	}
@@ -482,7 +497,7 @@ func (s *prefixLoad) pick(mem *memory, keys Keys, replicas []Replica) int {
 // the new prefix goes: choice, or the home another router claimed first
 // (when within the cold bound), or, when the directory did not answer,
 // coldHome if the prefix would have gone there without one (homeNear).
-func (s *prefixLoad) claim(homes Directory, hk uint64, replicas []Replica, choice, coldHome int, homeNear bool, coldBound, minLoad int) int {
+func (s *prefixLoad) claim(mem *memory, homes Directory, hk uint64, replicas []Replica, choice, coldHome int, homeNear bool, coldBound, minLoad int) int {
 	won, ok := homes.Claim(hk, replicas[choice].Addr)
 	switch {
 	case !ok:
@@ -491,7 +506,9 @@ func (s *prefixLoad) claim(homes Directory, hk uint64, replicas []Replica, choic
 			return coldHome
 		}
 	case won != replicas[choice].Addr:
-		// Another router placed it first.
+		// Another router placed it first: prefixes do come back, through
+		// the other routers.
+		mem.returns.saw(true)
 		if j := s.find(replicas, won); j >= 0 && s.within(&replicas[j], coldBound, minLoad) {
 			return j
 		}

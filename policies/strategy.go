@@ -127,7 +127,12 @@ type Options struct {
 	// through this router or another; such a run says the traffic shares
 	// nothing. 0 selects
 	// DefaultUniqueRun; a negative value means never (the peer rule
-	// whatever the traffic).
+	// whatever the traffic). With a Directory, a run of that length
+	// (counting also each claim another router had made first as a prefix
+	// come back) takes the claims of new prefixes off the request's path
+	// when the Directory can (LaterClaimer): the prefix goes where load
+	// puts it at once, and an answer naming another router's home ends
+	// the run.
 	UniqueRun int
 	// Directory, when set, is a table of homes shared with the other
 	// router instances: a new prefix placed by load is claimed there, and
