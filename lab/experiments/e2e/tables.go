@@ -118,6 +118,16 @@ func (l labels) of(name string) string {
 	return name + " "
 }
 
+// columnsHead writes a table's header: the leading cells and their
+// separator row, then one left-aligned column per policy.
+func columnsHead(b *strings.Builder, lead, leadSep string, cols []Column) {
+	b.WriteString(lead)
+	for _, col := range cols {
+		fmt.Fprintf(b, " %s |", col.Title)
+	}
+	b.WriteString("\n" + leadSep + strings.Repeat("---|", len(cols)) + "\n")
+}
+
 // CompareTable renders a record's runs per workload and router count:
 // round_robin's TTFT p99, then per column the policy's TTFT p99 (its
 // ratio to the better of round_robin and least_load) and hit rate (its
@@ -126,11 +136,7 @@ func (l labels) of(name string) string {
 func CompareTable(rec *Record, cols []Column) string {
 	c := cellsOf(rec)
 	var b strings.Builder
-	b.WriteString("| workload | routers | round_robin p99 |")
-	for _, col := range cols {
-		fmt.Fprintf(&b, " %s |", col.Title)
-	}
-	b.WriteString("\n|---|---:|---:|" + strings.Repeat("---|", len(cols)) + "\n")
+	columnsHead(&b, "| workload | routers | round_robin p99 |", "|---|---:|---:|", cols)
 	l := labels{}
 	for _, k := range c.keys {
 		rr, ok := c.cells[k]["round_robin"]
@@ -163,11 +169,7 @@ func CompareTable(rec *Record, cols []Column) string {
 func GoalRatiosTable(rec *Record, cols []Column) string {
 	c := cellsOf(rec)
 	var b strings.Builder
-	b.WriteString("| workload | routers |")
-	for _, col := range cols {
-		fmt.Fprintf(&b, " %s |", col.Title)
-	}
-	b.WriteString("\n|---|---:|" + strings.Repeat("---|", len(cols)) + "\n")
+	columnsHead(&b, "| workload | routers |", "|---|---:|", cols)
 	l := labels{}
 	for _, k := range c.keys {
 		fmt.Fprintf(&b, "| %s | %d |", k.workload, k.routers)
