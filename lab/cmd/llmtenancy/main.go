@@ -32,5 +32,6 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Print(tenancy.Markdown(rec))
-	fmt.Fprintf(os.Stderr, "llmtenancy: wrote %s/tenancy.{json,md} and plots in %s\n", *out, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "llmtenancy: wrote %s/tenancy.{json,md} and plots in %s; "+
+		"docs/tenants.md's tables follow with `go -C lab run ./cmd/llmexp docs`\n", *out, time.Since(start).Round(time.Millisecond))
 }

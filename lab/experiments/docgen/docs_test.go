@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmroute/caddy-llmroute/lab/experiments/tenancy"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/workload"
 )
 
@@ -109,6 +110,28 @@ func TestChangedRecordMismatches(t *testing.T) {
 			}
 			rec.Cells[0].Points[0].TTFTP99Ms += 10
 		}, "e2e_seeds/table"},
+		{"tenancy quiet TTFT", func(t *testing.T, r *Records) {
+			rec, err := r.Tenancy()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, row := range rec.Noisy {
+				if row.Mode == tenancy.NoisyFair && row.Tenant == "quiet" {
+					rec.Noisy[i].TTFTp50 += 100
+				}
+			}
+		}, "tenancy/noisy"},
+		{"tenancy critical goodput", func(t *testing.T, r *Records) {
+			rec, err := r.Tenancy()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, row := range rec.Goodput {
+				if row.Mode == tenancy.ModeBandsCap && row.SheddableRate == 32 {
+					rec.Goodput[i].Goodput -= 0.5
+				}
+			}
+		}, "tenancy/goodput"},
 	}
 	paths := committedDocs(t)
 	for _, c := range cases {

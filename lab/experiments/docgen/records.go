@@ -8,6 +8,7 @@ import (
 
 	"github.com/llmroute/caddy-llmroute/lab/experiments/e2e"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/suite"
+	"github.com/llmroute/caddy-llmroute/lab/experiments/tenancy"
 )
 
 // Records reads the records of a results directory, each once, when a
@@ -74,4 +75,9 @@ func (r *Records) E2E(name string) (*e2e.Record, error) {
 // Seeds is e2e_seeds.json.
 func (r *Records) Seeds() (*e2e.SeedsRecord, error) {
 	return load[e2e.SeedsRecord](r, "e2e_seeds")
+}
+
+// Tenancy is tenancy.json (lab/cmd/llmtenancy).
+func (r *Records) Tenancy() (*tenancy.Record, error) {
+	return load[tenancy.Record](r, "tenancy")
 }

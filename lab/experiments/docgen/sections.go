@@ -6,6 +6,7 @@ import (
 
 	"github.com/llmroute/caddy-llmroute/lab/experiments/e2e"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/suite"
+	"github.com/llmroute/caddy-llmroute/lab/experiments/tenancy"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/workload"
 )
 
@@ -105,6 +106,23 @@ var sections = map[string]renderer{
 	"residency/blocks":   residency(suite.ResidencyBlocksTable),
 	"residency/answers":  residency(suite.ResidencyAnswersTable),
 	"residency/routers":  residency(suite.ResidencyRoutersTable),
+	// docs/tenants.md's two tables of the simulator's record: digests of
+	// tenancy.md's noisy-neighbour and goodput tables, rendered next to
+	// them (tenancy/docs.go).
+	"tenancy/noisy": func(r *Records) (string, error) {
+		rec, err := r.Tenancy()
+		if err != nil {
+			return "", err
+		}
+		return tenancy.NoisyTable(rec, TenancyNoisyRows)
+	},
+	"tenancy/goodput": func(r *Records) (string, error) {
+		rec, err := r.Tenancy()
+		if err != nil {
+			return "", err
+		}
+		return tenancy.GoodputTable(rec, TenancyGoodputRows, TenancyGoodputColumns)
+	},
 }
 
 func init() {
@@ -176,6 +194,29 @@ var UniqueRunColumns = []e2e.Column{
 	{Title: "prefix_load", Policy: "prefix_load"},
 	{Title: "`unique_run -1`", Policy: "prefix_load unique_run -1"},
 }
+
+// TenancyNoisyRows are the rows of docs/tenants.md's noisy-neighbour
+// table.
+var TenancyNoisyRows = []tenancy.ModeRow{
+	{Title: "FIFO", Mode: tenancy.NoisyFIFO},
+	{Title: "fair queue", Mode: tenancy.NoisyFair},
+}
+
+// TenancyGoodputRows and TenancyGoodputColumns are the rows (queues) and
+// columns (sheddable loads) of docs/tenants.md's critical goodput table.
+var (
+	TenancyGoodputRows = []tenancy.ModeRow{
+		{Title: "FIFO (one queue)", Mode: tenancy.ModeFIFO},
+		{Title: "bands, sheddable_share 1", Mode: tenancy.ModeBands},
+		{Title: "bands, sheddable_share 0.8 (default)", Mode: tenancy.ModeBandsCap},
+	}
+	TenancyGoodputColumns = []tenancy.RateColumn{
+		{Title: "no sheddable", Rate: 0},
+		{Title: "sheddable 4 req/s", Rate: 4},
+		{Title: "16 req/s", Rate: 16},
+		{Title: "32 req/s", Rate: 32},
+	}
+)
 
 // Names returns the name of every section a doc may mark, sorted.
 func Names() []string {

@@ -76,6 +76,20 @@ const (
 	ModeBandsCap = "bands, sheddable_share 0.8"
 )
 
+// Modes of the noisy-neighbour experiment.
+const (
+	NoisyFIFO = "fifo"
+	NoisyFair = "fair"
+)
+
+// noisyConfigKey and goodputConfigKey name a run's config in
+// Record.Configs.
+func noisyConfigKey(mode string) string { return "noisy_" + mode }
+
+func goodputConfigKey(mode string, shed float64) string {
+	return fmt.Sprintf("goodput %s shed %g", mode, shed)
+}
+
 // average runs cfg once per seed and averages each tenant's figures.
 func average(cfg Config, seeds []uint64) (map[string]*TenantResult, error) {
 	out := map[string]*TenantResult{}
@@ -117,11 +131,11 @@ func RunAll(seeds []uint64, d time.Duration) (*Record, error) {
 		cfg := base(0, d)
 		cfg.Fair = fair
 		cfg.Tenants = []Tenant{tenant("noisy", admission.Standard, 1, 32, 0), tenant("quiet", admission.Standard, 1, 1, 0)}
-		mode := "fifo"
+		mode := NoisyFIFO
 		if fair {
-			mode = "fair"
+			mode = NoisyFair
 		}
-		rec.Configs["noisy_"+mode] = cfg
+		rec.Configs[noisyConfigKey(mode)] = cfg
 		got, err := average(cfg, seeds)
 		if err != nil {
 			return nil, err
@@ -155,7 +169,7 @@ func RunAll(seeds []uint64, d time.Duration) (*Record, error) {
 				cfg.SheddableShare = 1
 			}
 			cfg.Tenants = []Tenant{tenant("critical", admission.Critical, 1, 8, time.Second), tenant("batch", admission.Sheddable, 1, shed, 0)}
-			rec.Configs[fmt.Sprintf("goodput %s shed %g", mode, shed)] = cfg
+			rec.Configs[goodputConfigKey(mode, shed)] = cfg
 			got, err := average(cfg, seeds)
 			if err != nil {
 				return nil, err
