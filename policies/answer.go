@@ -65,8 +65,12 @@ func NewAnswer(keys Keys) *Answer {
 		return nil
 	}
 	a := &Answer{kind: e.kind, prompt: len(keys.Blocks)}
+	// The chain starts as the prompt's, shared and capped at its length:
+	// the answer's first block of its own appends to a copy, so the
+	// prompt's chain is never written and an answer that completes no
+	// block copies nothing.
 	a.s = sink{buf: make([]byte, len(e.buf)), n: e.n, size: len(e.buf) - 8, max: e.max,
-		blocks: append(make([]uint64, 0, len(keys.Blocks)+8), keys.Blocks...)}
+		blocks: keys.Blocks[:len(keys.Blocks):len(keys.Blocks)]}
 	copy(a.s.buf, e.buf[:8+e.n])
 	if a.kind == answerMessage {
 		header(&a.s, "assistant")

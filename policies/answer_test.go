@@ -77,6 +77,11 @@ func TestAnswerExtendsTheNextTurn(t *testing.T) {
 		require.Greater(t, len(chain), len(turn1.Keys.Blocks))
 		require.LessOrEqual(t, len(chain), len(turn2.Keys.Blocks), "case %d", i)
 		require.True(t, slices.Equal(chain, turn2.Keys.Blocks[:len(chain)]), "case %d: answer chain is not the next turn's prefix", i)
+		// The answer starts from the prompt's chain without copying it,
+		// but never writes where the prompt's chain could grow.
+		p := len(turn1.Keys.Blocks)
+		_ = append(turn1.Keys.Blocks, ^chain[p])
+		require.Equal(t, turn2.Keys.Blocks[p], chain[p], "case %d: the answer's chain shares the prompt's spare capacity", i)
 		// The answer's chain reaches at most one block into what follows it
 		// (the end tag, then the next user message).
 		accepted++
