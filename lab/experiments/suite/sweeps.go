@@ -49,6 +49,12 @@ type SweepPoint struct {
 	Agreement       float64 `json:"cold_agreement,omitempty"`
 	SecondAgreement float64 `json:"second_agreement,omitempty"`
 	AgreementKeys   int     `json:"agreement_keys,omitempty"`
+	// For prefix_load inferring its peers: the share of its placements
+	// made believing it had some, and when a router first believed it
+	// was alone (seconds into the run; sim.Result.PeersShare,
+	// FirstAloneS).
+	PeersShare  float64 `json:"peers_share,omitempty"`
+	FirstAloneS float64 `json:"first_alone_s,omitempty"`
 }
 
 func point(kind string, v float64, res *sim.Result) SweepPoint {
@@ -58,7 +64,8 @@ func point(kind string, v float64, res *sim.Result) SweepPoint {
 		ThroughputTokS: round(res.ThroughputTokS, 1), MaxMinLoadRatio: round(res.MaxMinLoadRatio, 3),
 		Errors: res.Errors, RouterQueued: res.Queued, Preemptions: res.Preemptions,
 		Precision: round(res.Residency.Precision, 4), Recall: round(res.Residency.Recall, 4),
-		Agreement: round(res.Agreement, 4), SecondAgreement: round(res.SecondAgreement, 4), AgreementKeys: res.AgreementKeys}
+		Agreement: round(res.Agreement, 4), SecondAgreement: round(res.SecondAgreement, 4), AgreementKeys: res.AgreementKeys,
+		PeersShare: round(res.PeersShare, 4), FirstAloneS: round(res.FirstAloneS, 2)}
 }
 
 // cellPoint is point for a run whose routers and seed vary.
