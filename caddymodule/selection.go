@@ -160,8 +160,11 @@ type LLMSelection struct {
 	// rendezvous home, until a prefix comes back: one this router has
 	// seen, or one it believed cold that the engine reports at least half
 	// cached (another router placed it). Traffic that shares nothing gains
-	// nothing from the home and pays for it at the tail. Default 64; -1:
-	// never (the rendezvous home whatever the traffic).
+	// nothing from the home and pays for it at the tail. With
+	// homes_directory, such a run takes the claims of new prefixes off
+	// the request's path (answered later; one naming another router's
+	// home ends the run). Default 64; -1: never (the rendezvous home
+	// whatever the traffic, every claim on the path).
 	UniqueRun int `json:"unique_run,omitempty"`
 
 	// HomesDirectory, when set, shares where each new prefix was first
