@@ -102,22 +102,15 @@ func writeHead(b *strings.Builder, first, sep string, names []string) {
 // the knob's values.
 func SweepTable(rec *SweepRecord, cell func(SweepPoint) string) string {
 	var b strings.Builder
-	type key struct {
-		w, p string
-		v    float64
-	}
-	m := map[key]SweepPoint{}
+	at, vals := sweepPoints(rec)
 	var kinds []string
 	seen := map[string]bool{}
 	for _, pt := range rec.Points {
-		m[key{pt.Workload, pt.Policy, pt.Value}] = pt
 		if !seen[pt.Workload] {
 			seen[pt.Workload] = true
 			kinds = append(kinds, pt.Workload)
 		}
 	}
-	vals := append([]float64(nil), rec.Values...)
-	sort.Float64s(vals)
 	for _, kind := range kinds {
 		fmt.Fprintf(&b, "**%s** (%s)\n\n", kind, rec.Knob)
 		cols := make([]string, len(vals))
@@ -127,18 +120,47 @@ func SweepTable(rec *SweepRecord, cell func(SweepPoint) string) string {
 		writeHead(&b, "| policy |", "|---|", cols)
 		for _, p := range sim.Policies {
 			fmt.Fprintf(&b, "| %s |", p)
-			for _, v := range vals {
-				if pt, ok := m[key{kind, p, v}]; ok {
-					fmt.Fprintf(&b, " %s |", cell(pt))
-				} else {
-					b.WriteString(" - |")
-				}
-			}
-			b.WriteString("\n")
+			writeSweepCells(&b, at, kind, p, vals, cell)
 		}
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// sweepPoints indexes a sweep's points of the record's own seed (every
+// point where seeds are not recorded) by workload, policy and knob value,
+// and returns the knob's values in order.
+func sweepPoints(rec *SweepRecord) (func(workload, policy string, v float64) (SweepPoint, bool), []float64) {
+	type key struct {
+		w, p string
+		v    float64
+	}
+	m := map[key]SweepPoint{}
+	for _, pt := range rec.Points {
+		if pt.Seed != 0 && pt.Seed != rec.Seed {
+			continue
+		}
+		m[key{pt.Workload, pt.Policy, pt.Value}] = pt
+	}
+	vals := append([]float64(nil), rec.Values...)
+	sort.Float64s(vals)
+	return func(w, p string, v float64) (SweepPoint, bool) {
+		pt, ok := m[key{w, p, v}]
+		return pt, ok
+	}, vals
+}
+
+// writeSweepCells ends a table row with one cell per knob value: the
+// point of workload and policy there rendered by cell, or "-".
+func writeSweepCells(b *strings.Builder, at func(string, string, float64) (SweepPoint, bool), workload, policy string, vals []float64, cell func(SweepPoint) string) {
+	for _, v := range vals {
+		if pt, ok := at(workload, policy, v); ok {
+			fmt.Fprintf(b, " %s |", cell(pt))
+		} else {
+			b.WriteString(" - |")
+		}
+	}
+	b.WriteString("\n")
 }
 
 // ResidencyMarkdown renders residency.md: one table per scenario.
@@ -194,19 +216,7 @@ type SweepRow struct {
 // separators), each cell the record's own seed's point rendered by cell
 // ("-" where there is none).
 func SweepRowsTable(rec *SweepRecord, title string, rows []SweepRow, cell func(SweepPoint) string) string {
-	type key struct {
-		w, p string
-		v    float64
-	}
-	m := map[key]SweepPoint{}
-	for _, pt := range rec.Points {
-		if pt.Seed != 0 && pt.Seed != rec.Seed {
-			continue
-		}
-		m[key{pt.Workload, pt.Policy, pt.Value}] = pt
-	}
-	vals := append([]float64(nil), rec.Values...)
-	sort.Float64s(vals)
+	at, vals := sweepPoints(rec)
 	var b strings.Builder
 	fmt.Fprintf(&b, "| %s |", title)
 	for _, v := range vals {
@@ -215,14 +225,7 @@ func SweepRowsTable(rec *SweepRecord, title string, rows []SweepRow, cell func(S
 	b.WriteString("\n|---|" + strings.Repeat("---|", len(vals)) + "\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s %s |", r.Workload, r.Policy)
-		for _, v := range vals {
-			if pt, ok := m[key{r.Workload, r.Policy, v}]; ok {
-				fmt.Fprintf(&b, " %s |", cell(pt))
-			} else {
-				b.WriteString(" - |")
-			}
-		}
-		b.WriteString("\n")
+		writeSweepCells(&b, at, r.Workload, r.Policy, vals, cell)
 	}
 	return b.String()
 }

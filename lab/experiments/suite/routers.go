@@ -292,19 +292,12 @@ func GoalsMarkdown(std *StandardRecord, goals []Goal) string {
 		"Commit `%s`, seed %d%s, %d requests per run. **bold** = missed. Per-seed figures at 4,000 requests: variants.md.\n\n",
 		std.Commit, std.Seed, map[bool]string{true: ", quick (scaled-down) run", false: ""}[std.Quick], std.Standard.Requests)
 	b.WriteString(GoalsTable(goals))
-	missed := 0
-	for _, g := range goals {
-		if !g.Met {
-			missed++
-		}
-	}
+	_, missed := Tally(goals)
 	fmt.Fprintf(&b, "\n%d of %d goals missed. Needed: p99 ratio <= 1.10, p50 ratio <= 1.05, hit ratio >= 0.97, agreement >= 0.97, hit vs one router >= 0.95; "+
-		"second-request agreement is reported, not a goal.\n\n", missed, len(goals))
+		"second-request agreement is reported, not a goal.\n\n", len(missed), len(goals))
 	b.WriteString("Details of the misses:\n\n")
-	for _, g := range goals {
-		if !g.Met {
-			fmt.Fprintf(&b, "- %s, %d routers, %s: %.3f (%s); %s\n", g.Workload, g.Routers, g.Name, g.Value, g.Need, g.Detail)
-		}
+	for _, g := range missed {
+		fmt.Fprintf(&b, "- %s, %d routers, %s: %.3f (%s); %s\n", g.Workload, g.Routers, g.Name, g.Value, g.Need, g.Detail)
 	}
 	return b.String()
 }
