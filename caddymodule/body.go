@@ -151,11 +151,18 @@ func (bb *bodyBuf) reader(body []byte) io.ReadCloser {
 	if bb == nil || bb.class < 0 {
 		return io.NopCloser(bytes.NewReader(body))
 	}
+	return bb.readerInto(new(pooledReader), body)
+}
+
+// readerInto is reader for a pooled bb, set up in br (a zero
+// pooledReader the caller provides, so that one living as long as the
+// request costs no allocation of its own).
+func (bb *bodyBuf) readerInto(br *pooledReader, body []byte) io.ReadCloser {
 	bb.mu.Lock()
 	bb.holds++
 	gen := bb.gen
 	bb.mu.Unlock()
-	br := &pooledReader{buf: bb, gen: gen}
+	br.buf, br.gen = bb, gen
 	br.r.Reset(body)
 	return br
 }

@@ -21,8 +21,10 @@ import (
 // is corrected the same way.
 
 // priorityHeader is the request header with which a request lowers its
-// own band below its tenant's ceiling.
-const priorityHeader = "X-LLMRoute-Priority"
+// own band below its tenant's ceiling. It is spelled canonically
+// (header names are case-insensitive): Header.Get and Del allocate a
+// canonical copy of any other spelling on every call.
+const priorityHeader = "X-Llmroute-Priority"
 
 // Rejection reasons of the budgets, as metrics and logs name them.
 const (

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
-	"strconv"
 	"strings"
 	"time"
 
@@ -96,7 +95,9 @@ type LLMRoute struct {
 	tenants   []*tenantState
 	upstream  string
 	parseCfg  policies.ParseConfig
-	logger    *zap.Logger
+	// sessionHdrs is SessionHeaders spelled canonically (Provision).
+	sessionHdrs []string
+	logger      *zap.Logger
 }
 
 // defaultMaxBodyBytes bounds a request body unless max_body_bytes says
@@ -124,6 +125,7 @@ func (h *LLMRoute) Provision(ctx caddy.Context) error {
 		h.MaxBodyBytes = defaultMaxBodyBytes
 	}
 	h.parseCfg = policies.ParseConfig{Deployment: h.Deployment, BlockSize: h.BlockSize, MaxBlocks: h.MaxBlocks}
+	h.sessionHdrs = canonicalHeaders(h.SessionHeaders)
 	registerMetrics(ctx)
 	return nil
 }
@@ -190,7 +192,7 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 		r.Body = rc.holdBody(bb)
 		r.ContentLength = int64(len(body))
 		r.TransferEncoding = nil
-		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+		setContentLength(r.Header, int64(len(body)))
 		r.Header.Del("Content-Encoding")
 	} else {
 		rc.init(start, nil, nil)

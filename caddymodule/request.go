@@ -6,6 +6,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/llmroute/caddy-llmroute/policies"
@@ -18,14 +19,25 @@ func hasBody(r *http.Request) bool {
 	return r.Method == http.MethodPost || r.ContentLength != 0 || len(r.TransferEncoding) > 0
 }
 
+// jsonMediaType reports whether a Content-Type names JSON:
+// application/json or a +json type, with any parameters. The common
+// spelling is answered without mime.ParseMediaType, which allocates its
+// parameter map on every call.
+func jsonMediaType(ct string) bool {
+	if ct == "application/json" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
+
 // readRequest checks the content type, reads the bounded body once
 // (decoding its Content-Encoding) and parses it into the request's model,
 // stream flags and prefix keys. It returns the body and the buffer it lies
 // in (body.go; nil for a decoded body), which holds the request's hold.
 func (h *LLMRoute) readRequest(r *http.Request) (*policies.Request, *bodyBuf, []byte, apiError, bool) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		if !jsonMediaType(ct) {
 			return nil, nil, nil, errContentType, false
 		}
 	} else if r.ContentLength != 0 {
@@ -91,4 +103,21 @@ func withIncludeUsage(bb *bodyBuf, body []byte) ([]byte, bool) {
 	out = append(out, ins...)
 	out = append(out, body[i+1:]...)
 	return out, true
+}
+
+// setContentLength makes h's Content-Length n. The client's header
+// usually says so already (the body was read to its length), and then
+// nothing is allocated; otherwise its one value is replaced in place, or
+// set.
+func setContentLength(h http.Header, n int64) {
+	var buf [20]byte
+	s := strconv.AppendInt(buf[:0], n, 10)
+	vs := h["Content-Length"]
+	switch {
+	case len(vs) == 1 && vs[0] == string(s):
+	case len(vs) == 1:
+		vs[0] = string(s)
+	default:
+		h["Content-Length"] = []string{string(s)}
+	}
 }

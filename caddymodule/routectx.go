@@ -89,6 +89,9 @@ type routeCtx struct {
 	bufGen uint64
 	inBuf  bool
 	own    io.Closer
+	// ownR is own's storage when the body is pooled: the handler's reader
+	// lives as long as the request, so it needs no allocation of its own.
+	ownR pooledReader
 	// cur is the attempt in progress, if any.
 	cur *attempt
 	// tried lists the replicas this request has been sent to; it only
@@ -134,7 +137,12 @@ func (rc *routeCtx) init(now time.Time, req *policies.Request, body []byte) {
 // context's, and returns the reader the handler leaves on the request.
 func (rc *routeCtx) holdBody(buf *bodyBuf) io.ReadCloser {
 	rc.buf, rc.bufGen, rc.inBuf = buf, buf.generation(), buf != nil
-	r := buf.reader(rc.body)
+	var r io.ReadCloser
+	if buf != nil && buf.class >= 0 {
+		r = buf.readerInto(&rc.ownR, rc.body)
+	} else {
+		r = buf.reader(rc.body)
+	}
 	rc.own = r
 	return r
 }

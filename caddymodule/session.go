@@ -77,7 +77,10 @@ func remember(rc *routeCtx, addr string, ids *responseIDScanner) {
 // sessionOf returns the request's session identity: the first non-empty
 // session header, else the body's prompt_cache_key ("" for none).
 func (h *LLMRoute) sessionOf(r *http.Request, req *policies.Request) string {
-	hdrs := h.SessionHeaders
+	hdrs := h.sessionHdrs
+	if hdrs == nil {
+		hdrs = h.SessionHeaders // not provisioned
+	}
 	if hdrs == nil {
 		hdrs = defaultSessionHeaders
 	}
@@ -90,6 +93,19 @@ func (h *LLMRoute) sessionOf(r *http.Request, req *policies.Request) string {
 		return clip(req.PromptCacheKey, maxSessionID)
 	}
 	return ""
+}
+
+// canonicalHeaders returns names in their canonical spelling (nil for
+// none), so that reading them per request allocates nothing.
+func canonicalHeaders(names []string) []string {
+	if names == nil {
+		return nil
+	}
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = http.CanonicalHeaderKey(n)
+	}
+	return out
 }
 
 func clip(s string, n int) string {

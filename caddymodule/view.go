@@ -2,7 +2,6 @@ package caddymodule
 
 import (
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -172,7 +171,7 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 			r.Body = body
 			if r.ContentLength != n { // checkPin rewrote the body
 				r.ContentLength = n
-				r.Header.Set("Content-Length", strconv.FormatInt(n, 10))
+				setContentLength(r.Header, n)
 			}
 		}
 		if p.decision != nil {
