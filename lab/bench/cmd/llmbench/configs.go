@@ -58,10 +58,16 @@ http://%s {
 // either), replica_header and engine_metrics (the fake upstream has no
 // metrics). request_usage is on: it is what feeds the cache-residency
 // check, and it has a cost (a body copy, usage chunks to read and strip).
-func llmCaddyfile(admin, listen string, upstreams []string, strategy string, maxInFlight int, usage bool) string {
+// index_answers is on by default; answers false turns it off (the _lean
+// targets).
+func llmCaddyfile(admin, listen string, upstreams []string, strategy string, maxInFlight int, usage, answers bool) string {
 	u := "\t\trequest_usage\n"
 	if !usage {
 		u = ""
+	}
+	a := ""
+	if !answers {
+		a = "\t\t\tindex_answers off\n"
 	}
 	return fmt.Sprintf(caddyGlobals, admin, caddyLogLevel) + fmt.Sprintf(`
 http://%s {
@@ -77,10 +83,10 @@ http://%s {
 			queue_size 4096
 			queue_timeout 30s
 			cooldown 1s 30s
-		}
+%s		}
 %s	}
 }
-`, listen, u, strings.Join(upstreams, " "), strategy, maxInFlight, reverseProxyTail)
+`, listen, u, strings.Join(upstreams, " "), strategy, maxInFlight, a, reverseProxyTail)
 }
 
 // haproxyConfig hashes the request body (HAProxy >= 2.6: balance hash

@@ -102,7 +102,7 @@ func main() {
 	sizes := flag.String("sizes", "4096,65536,524288", "prompt sizes in bytes")
 	modes := flag.String("modes", "json,sse", "answer modes: json (non-streaming), sse (streaming)")
 	flag.StringVar(&promptShape, "prompts", "plain", "prompt shape: plain (a system prompt and a user message of words) or agent (a coding agent's chat: tool calls and tool messages carrying source code, escapes all through)")
-	targets := flag.String("targets", defaultTargets, "targets, in order; llm_<strategy>_nousage: request_usage off; <target>@<caddy binary>: the target run by another build, side by side")
+	targets := flag.String("targets", defaultTargets, "targets, in order; llm_<strategy>_nousage: request_usage off; llm_<strategy>_lean: request_usage and index_answers off; <target>@<caddy binary>: the target run by another build, side by side")
 	streams := flag.Int("streams", 0, "concurrency test: streams held at once (default 2000, quick 500)")
 	streamIv := flag.Duration("stream-interval", 500*time.Millisecond, "concurrency test: time between chunks")
 	hold := flag.Duration("hold", 0, "concurrency test: how long all streams are held open once open (default 8s, quick 2s)")
@@ -694,7 +694,7 @@ func runConcurrency(env *benchEnv, o options, rep *report) error {
 		if name == "caddy" {
 			cf = stockCaddyfile(env.adminAddrs[cname], env.listenAddrs[cname], env.upstreams)
 		} else {
-			cf = llmCaddyfile(env.adminAddrs[cname], env.listenAddrs[cname], env.upstreams, "prefix_load", o.maxInFlight, true)
+			cf = llmCaddyfile(env.adminAddrs[cname], env.listenAddrs[cname], env.upstreams, "prefix_load", o.maxInFlight, true, true)
 		}
 		t, err := startCaddyTarget(env, cname, cf)
 		if err != nil {

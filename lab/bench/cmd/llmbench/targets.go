@@ -119,11 +119,15 @@ func startTargetAs(env *benchEnv, full, name string, maxInFlight int) (*target, 
 	case name == "haproxy":
 		return startHAProxyTarget(env, name)
 	case isLLM(name):
-		strategy, usage := strings.TrimPrefix(name, "llm_"), true
+		strategy, usage, answers := strings.TrimPrefix(name, "llm_"), true, true
 		if s, ok := strings.CutSuffix(strategy, "_nousage"); ok {
 			strategy, usage = s, false
+		} else if s, ok := strings.CutSuffix(strategy, "_lean"); ok {
+			// What the gateway costs with neither optional reader of the
+			// answer: no usage requested on streams, no answer indexed.
+			strategy, usage, answers = s, false, false
 		}
-		return startCaddyTarget(env, full, llmCaddyfile(env.adminAddrs[full], env.listenAddrs[full], env.upstreams, strategy, maxInFlight, usage))
+		return startCaddyTarget(env, full, llmCaddyfile(env.adminAddrs[full], env.listenAddrs[full], env.upstreams, strategy, maxInFlight, usage, answers))
 	}
 	return nil, fmt.Errorf("unknown target %q", name)
 }
