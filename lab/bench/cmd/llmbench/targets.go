@@ -119,17 +119,25 @@ func startTargetAs(env *benchEnv, full, name string, maxInFlight int) (*target, 
 	case name == "haproxy":
 		return startHAProxyTarget(env, name)
 	case isLLM(name):
-		strategy, usage, answers := strings.TrimPrefix(name, "llm_"), true, true
-		if s, ok := strings.CutSuffix(strategy, "_nousage"); ok {
-			strategy, usage = s, false
-		} else if s, ok := strings.CutSuffix(strategy, "_lean"); ok {
-			// What the gateway costs with neither optional reader of the
-			// answer: no usage requested on streams, no answer indexed.
-			strategy, usage, answers = s, false, false
-		}
+		strategy, usage, answers := llmTarget(name)
 		return startCaddyTarget(env, full, llmCaddyfile(env.adminAddrs[full], env.listenAddrs[full], env.upstreams, strategy, maxInFlight, usage, answers))
 	}
 	return nil, fmt.Errorf("unknown target %q", name)
+}
+
+// llmTarget reads an llm target's name: llm_<strategy>, with request_usage
+// and index_answers on as in Caddyfile.example; llm_<strategy>_nousage,
+// request_usage off; llm_<strategy>_lean, both off (what the gateway costs
+// with neither optional reader of the answer).
+func llmTarget(name string) (strategy string, usage, answers bool) {
+	strategy = strings.TrimPrefix(name, "llm_")
+	if s, ok := strings.CutSuffix(strategy, "_nousage"); ok {
+		return s, false, true
+	}
+	if s, ok := strings.CutSuffix(strategy, "_lean"); ok {
+		return s, false, false
+	}
+	return strategy, true, true
 }
 
 // waitReleased polls /llm_route/state until nothing is in flight or
