@@ -74,7 +74,7 @@ func (p *LLMSelection) status() stateapi.Policy {
 		Strategy: p.strategy.Name(), MaxInFlight: p.MaxInFlight, QueueSize: p.QueueSize,
 		QueueTimeout: time.Duration(p.QueueTimeout), Queued: p.queued.Load(),
 		BalanceFactor: p.opts.BalanceFactor, ColdBalanceFactor: p.opts.ColdBalanceFactor,
-		LoadSlack: p.opts.LoadSlack, ColdChoices: p.opts.ColdChoices,
+		LoadSlack: p.opts.LoadSlack,
 		SlowStart: time.Duration(p.SlowStart), CooldownBase: time.Duration(p.CooldownBase),
 		CooldownMax:      time.Duration(p.CooldownMax),
 		DialTimeoutFails: p.DialTimeoutFails, StatusFails: p.StatusFails, EngineMetrics: p.EngineMetrics != nil,

@@ -71,7 +71,7 @@ func benchBodies(n, size, tenants int, stream bool) [][]byte {
 // benchPolicy returns a provisioned-enough policy (what Provision sets,
 // without a caddy.Context).
 func benchPolicy(b *testing.B, strategy string, maxInFlight int) *LLMSelection {
-	p := &LLMSelection{Strategy: strategy, MaxInFlight: maxInFlight, QueueSize: 256, BalanceFactor: 1.25, LoadSlack: 2,
+	p := &LLMSelection{Strategy: strategy, MaxInFlight: maxInFlight, QueueSize: 256, BalanceFactor: 1.25,
 		IndexBlocks: defaultIndexBlocks, logger: zap.NewNop()}
 	if err := p.setup(); err != nil {
 		b.Fatal(err)

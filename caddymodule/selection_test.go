@@ -377,8 +377,10 @@ func TestRefusedAndFailStatus(t *testing.T) {
 	llm_route
 	reverse_proxy %s %s {
 		lb_policy llm round_robin {
-			fail_status 500
-			status_fails 1
+			cooldown 1s 30s {
+				fail_status 500
+				status_fails 1
+			}
 		}
 		lb_retries 1
 	}`, dead, live.addr))

@@ -118,8 +118,10 @@ type Replica struct {
 	// requests' size (Belief.Pending): the prefill work queued ahead of a
 	// new request, which sets its time to first token.
 	PendingPrefill int
-	// Index is the replica's residency index; nil means nothing believed.
-	Index *Index
+	// Index answers how much of a request's prefix the replica is believed
+	// to hold: its residency index (*Index), or, in the simulator's oracle,
+	// the engine's true cache. nil means nothing believed.
+	Index Resident
 }
 
 // Full reports whether the replica is at its cap.
@@ -138,6 +140,35 @@ func (r *Replica) Load() int {
 		l += r.EngineWaiting
 	}
 	return l
+}
+
+// Resident answers how many leading blocks of a chain (Keys.Blocks) a
+// replica is believed to hold. *Index is the router's answer.
+type Resident interface {
+	Match(blocks []uint64) int
+}
+
+// Reason names the rule a strategy picked a replica by (prefix_load's
+// rules; see prefixLoad), for logs and metrics.
+type Reason string
+
+// The reasons prefix_load gives.
+const (
+	ReasonLeastLoad  Reason = "least_load" // no keys: the least-loaded replica
+	ReasonHistory    Reason = "history"    // its own history is resident there
+	ReasonHot        Reason = "hot"        // a hot prefix spilled past the bound
+	ReasonLeading    Reason = "leading"    // its shared leading run is there
+	ReasonHome       Reason = "home"       // its recorded home
+	ReasonDetour     Reason = "detour"     // its place had too much prefill queued
+	ReasonLoad       Reason = "load"       // a new prefix, placed by load
+	ReasonRendezvous Reason = "rendezvous" // a new prefix at its rendezvous home
+	ReasonClaimed    Reason = "claimed"    // a new prefix another router placed
+)
+
+// Reasoner is a Strategy that says which rule made each pick.
+type Reasoner interface {
+	// PickReason is Pick, with the rule that decided ("" for -1).
+	PickReason(keys Keys, replicas []Replica) (int, Reason)
 }
 
 // Strategy picks a replica for one request. Implementations are safe for

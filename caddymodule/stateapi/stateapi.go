@@ -136,7 +136,6 @@ type Policy struct {
 	BalanceFactor     float64       `json:"balance_factor"`
 	ColdBalanceFactor float64       `json:"cold_balance_factor"`
 	LoadSlack         int           `json:"load_slack"`
-	ColdChoices       int           `json:"cold_choices"`
 	SlowStart         time.Duration `json:"slow_start,omitempty"`
 	CooldownBase      time.Duration `json:"cooldown_base"`
 	CooldownMax       time.Duration `json:"cooldown_max"`
@@ -160,7 +159,7 @@ type Policy struct {
 	// alone, with a directory, or once UniqueRun requests in a row found
 	// nothing seen before). Absent for the other strategies.
 	NewPrefixes string `json:"new_prefixes,omitempty"`
-	// UniqueRun is prefix_load's unique_run setting (-1: never).
+	// UniqueRun is prefix_load's tuning.unique_run (-1: never).
 	UniqueRun int `json:"unique_run,omitempty"`
 }
 
