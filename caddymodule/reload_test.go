@@ -292,9 +292,9 @@ func TestStrategyMemorySurvivesReload(t *testing.T) {
 		for _, p := range made {
 			retire(p)
 		}
-		legacies.Lock()
-		clear(legacies.m)
-		legacies.Unlock()
+		bequests.Lock()
+		clear(bequests.m)
+		bequests.Unlock()
 	})
 	newPolicy := func(strategy string, pool reverseproxy.UpstreamPool) *LLMSelection {
 		p := &LLMSelection{Strategy: strategy, Peers: "auto"}
@@ -306,9 +306,9 @@ func TestStrategyMemorySurvivesReload(t *testing.T) {
 	}
 	peers := func(p *LLMSelection) bool { return p.strategy.(policies.PeerSensor).Peers() }
 	legacyOf := func(p *LLMSelection) bool {
-		legacies.Lock()
-		defer legacies.Unlock()
-		_, ok := legacies.m[p.poolSig.Load()]
+		bequests.Lock()
+		defer bequests.Unlock()
+		_, ok := bequests.m[p.poolSig.Load()]
 		return ok
 	}
 
@@ -375,9 +375,9 @@ func TestFirstRoutesAtOnce(t *testing.T) {
 			wg.Wait()
 			retire(p)
 			retire(q)
-			legacies.Lock()
-			clear(legacies.m) // next time, no exact predecessor: each looks at the other
-			legacies.Unlock()
+			bequests.Lock()
+			clear(bequests.m) // next time, no exact predecessor: each looks at the other
+			bequests.Unlock()
 		}
 	}()
 	select {
@@ -385,7 +385,7 @@ func TestFirstRoutesAtOnce(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("two first routes waited on each other")
 	}
-	legacies.Lock()
-	clear(legacies.m)
-	legacies.Unlock()
+	bequests.Lock()
+	clear(bequests.m)
+	bequests.Unlock()
 }
