@@ -161,6 +161,7 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 		if !rc.begin(a) {
 			return nil, res
 		}
+		rc.setPick(p.pickReason(pinned >= 0, how), queued)
 		if how != "" {
 			metricSessionRoutes.WithLabelValues(how).Inc()
 			sessionHomes.Add(rc.sessionKey, view[i].Addr)

@@ -1,0 +1,127 @@
+package caddymodule
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The models a metric label may name: the exact names of llm_model
+// matchers in the config and the models the replicas list on their own
+// /v1/models (models.go's cache). A client may send any model name, and
+// an engine that serves every name it is sent would make a label per
+// name; so any other model is labelled otherModel, and the set is capped.
+
+// otherModel labels a model neither the config nor a replica names.
+const otherModel = "other"
+
+// maxModelLabels caps the models labelled by name.
+const maxModelLabels = 256
+
+// modelSet is the set of models labelled by name.
+type modelSet struct {
+	// known is the set in force, replaced whole (readers take no lock).
+	known atomic.Pointer[map[string]struct{}]
+
+	mu sync.Mutex
+	// configured are the names the config gave (llm_model matchers).
+	configured map[string]struct{}
+	// listed are the names the replicas listed at the last refresh.
+	listed map[string]struct{}
+	// refreshing is set while a refresh runs; lastRefresh is when the last
+	// one began.
+	refreshing  bool
+	lastRefresh time.Time
+}
+
+// knownModels is the process's set: labels stay the same across reloads.
+var knownModels = &modelSet{}
+
+// label returns model if it is in the set, otherModel otherwise.
+func (m *modelSet) label(model string) string {
+	if k := m.known.Load(); k != nil {
+		if _, ok := (*k)[model]; ok {
+			return model
+		}
+	}
+	return otherModel
+}
+
+// configure adds the exact names among patterns (those without `*`).
+func (m *modelSet) configure(patterns []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.configured == nil {
+		m.configured = map[string]struct{}{}
+	}
+	for _, p := range patterns {
+		if p != "" && !strings.Contains(p, "*") {
+			m.configured[p] = struct{}{}
+		}
+	}
+	m.publishLocked()
+}
+
+// publishLocked puts the union of configured and listed in force, at
+// most maxModelLabels names (configured ones first).
+func (m *modelSet) publishLocked() {
+	k := make(map[string]struct{}, len(m.configured)+len(m.listed))
+	for _, src := range []map[string]struct{}{m.configured, m.listed} {
+		for n := range src {
+			if len(k) >= maxModelLabels {
+				break
+			}
+			k[n] = struct{}{}
+		}
+	}
+	m.known.Store(&k)
+}
+
+// modelsRefreshEvery is how often an unknown model may make the set be
+// read again from the replicas: as often as their lists are cached.
+const modelsRefreshEvery = modelsTTL
+
+// noteModel makes sure that model, if a replica lists it, is soon in the
+// set: an unknown model starts a refresh of the replicas' lists in the
+// background, at most one at a time and one per modelsRefreshEvery. It is
+// called as a request arrives, so that the request's own label, read as
+// it ends, already knows the model when a replica lists it.
+func (h *LLMRoute) noteModel(rc *routeCtx) {
+	if rc.req == nil || rc.req.Model == "" || knownModels.label(rc.req.Model) != otherModel {
+		return
+	}
+	m := knownModels
+	now := time.Now()
+	m.mu.Lock()
+	if m.refreshing || (!m.lastRefresh.IsZero() && now.Sub(m.lastRefresh) < modelsRefreshEvery) {
+		m.mu.Unlock()
+		return
+	}
+	m.refreshing, m.lastRefresh = true, now
+	m.mu.Unlock()
+	go h.refreshModels(m)
+}
+
+// refreshModels reads every routable replica's list (models.go) into m.
+func (h *LLMRoute) refreshModels(m *modelSet) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*modelsFetchTimeout)
+	defer cancel()
+	listed := map[string]struct{}{}
+	for _, t := range routableReplicas() {
+		models, _ := h.replicaModels(ctx, t)
+		for _, e := range models {
+			if e.ID != "" {
+				listed[e.ID] = struct{}{}
+			}
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refreshing = false
+	if len(listed) > 0 {
+		m.listed = listed
+	}
+	m.publishLocked()
+}

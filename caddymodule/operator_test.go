@@ -1,0 +1,238 @@
+package caddymodule
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// histogramOf returns a histogram child's sample count and sum.
+func histogramOf(t *testing.T, o prometheus.Observer) (uint64, float64) {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, o.(prometheus.Metric).Write(&m))
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+}
+
+func TestOperationName(t *testing.T) {
+	for endpoint, want := range map[string]string{
+		"chat/completions": "chat", "responses": "chat", "messages": "chat",
+		"completions": "text_completion", "embeddings": "embeddings",
+		"messages/count_tokens": "messages_count_tokens", "rerank": "rerank", "": "other",
+	} {
+		assert.Equal(t, want, operationName(endpoint), endpoint)
+	}
+}
+
+// TestModelLabelsBounded proves that a model is labelled by name only when
+// the config names it exactly or a replica lists it, that the set is
+// capped, and that a refresh that reads no list keeps the last one.
+func TestModelLabelsBounded(t *testing.T) {
+	m := &modelSet{}
+	assert.Equal(t, otherModel, m.label("llama"), "empty set")
+	m.configure([]string{"llama", "qwen3-*", ""})
+	assert.Equal(t, "llama", m.label("llama"))
+	assert.Equal(t, otherModel, m.label("qwen3-32b"), "a pattern names no model")
+	m.mu.Lock()
+	m.listed = map[string]struct{}{"qwen3-32b": {}}
+	m.publishLocked()
+	m.mu.Unlock()
+	assert.Equal(t, "qwen3-32b", m.label("qwen3-32b"), "listed by a replica")
+	many := make([]string, 0, 2*maxModelLabels)
+	for i := range 2 * maxModelLabels {
+		many = append(many, fmt.Sprintf("m%d", i))
+	}
+	m.configure(many)
+	named := 0
+	for _, n := range append(many, "llama", "qwen3-32b") {
+		if m.label(n) != otherModel {
+			named++
+		}
+	}
+	assert.Equal(t, maxModelLabels, named, "at most maxModelLabels names")
+}
+
+// TestObserveGenAI proves the per-model figures of one ended stream:
+// duration, time to first token, time per output token after the first
+// ((1 s - 0.2 s) / 4 tokens), tokens by type and the status counter; and
+// that a non-streamed answer observes no time to first token.
+func TestObserveGenAI(t *testing.T) {
+	model := "observe-model"
+	s := genAISeriesOf(genAIKey{model, "chat", "alice"})
+	status := func(code, errType string) float64 {
+		return testutil.ToFloat64(metricGenAIRequests.WithLabelValues(model, "chat", "alice", code, errType))
+	}
+	observeGenAI(genAIObservation{model: model, operation: "chat", tenant: "alice", status: 200,
+		duration: time.Second, ttft: 200 * time.Millisecond, stream: true,
+		usage: usageFigures{prompt: 100, cached: 64, output: 5, reported: true}})
+	n, sum := histogramOf(t, s.ttft)
+	assert.Equal(t, uint64(1), n)
+	assert.InDelta(t, 0.2, sum, 1e-9)
+	n, sum = histogramOf(t, s.tpot)
+	assert.Equal(t, uint64(1), n)
+	assert.InDelta(t, 0.2, sum, 1e-9)
+	n, sum = histogramOf(t, s.duration)
+	assert.Equal(t, uint64(1), n)
+	assert.InDelta(t, 1.0, sum, 1e-9)
+	assert.Equal(t, 100.0, testutil.ToFloat64(s.input))
+	assert.Equal(t, 64.0, testutil.ToFloat64(s.cached))
+	assert.Equal(t, 5.0, testutil.ToFloat64(s.output))
+	assert.Equal(t, 1.0, status("200", ""))
+
+	observeGenAI(genAIObservation{model: model, operation: "chat", tenant: "alice", status: 429,
+		errType: "upstream_429", duration: 10 * time.Millisecond})
+	n, _ = histogramOf(t, s.ttft)
+	assert.Equal(t, uint64(1), n, "no first token observed for an error")
+	n, _ = histogramOf(t, s.duration)
+	assert.Equal(t, uint64(2), n)
+	assert.Equal(t, 1.0, status("429", "upstream_429"))
+	assert.Equal(t, 100.0, testutil.ToFloat64(s.input), "no usage, no tokens")
+}
+
+func TestUsageOf(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sn   *usageSniffer
+		want usageFigures
+	}{
+		{"none", nil, usageFigures{}},
+		{"nothing reported", &usageSniffer{}, usageFigures{}},
+		{"openai", &usageSniffer{found: true, cached: 32, promptTokens: 40, usageTokens: 45}, usageFigures{40, 32, 5, true}},
+		{"no details", &usageSniffer{promptTokens: 40, usageTokens: 41}, usageFigures{40, 0, 1, true}},
+		{"negative counts", &usageSniffer{found: true, cached: -3, promptTokens: -1, usageTokens: 7}, usageFigures{0, 0, 7, true}},
+	} {
+		assert.Equal(t, tc.want, usageOf(tc.sn), tc.name)
+	}
+}
+
+// logEntries reads the access log's JSON entries from path.
+func logEntries(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var out []map[string]any
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var e map[string]any
+		if json.Unmarshal(sc.Bytes(), &e) == nil && e["msg"] == "handled request" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestMetricsAndLogFieldsThroughCaddy proves, through Caddy: a streamed
+// request of a configured model lands in its model's series (time to
+// first token, tokens by type from the engine's usage, status 200); a
+// model no config or replica names is labelled "other"; and the access
+// log carries the request's model, endpoint, hashed session, replica,
+// strategy, the pick's reason (a new session, then its home), tokens and
+// time to first token; neither the key nor the prompt is logged, nor the
+// session's own id in a field of llm_route's.
+func TestMetricsAndLogFieldsThroughCaddy(t *testing.T) {
+	f := newFake(t)
+	logPath := filepath.Join(t.TempDir(), "access.log")
+	const key = "sk-operator-secret"
+	r := startRouter(t, fmt.Sprintf(`
+	log {
+		output file %s
+		format json
+	}
+	llm_route {
+		api_keys %s
+		request_usage
+	}
+	@known llm_model m unlisted-*
+	reverse_proxy @known %s {
+		lb_policy llm
+	}`, logPath, key, f.addr))
+
+	series := genAISeriesOf(genAIKey{"m", "chat", "default"})
+	ttft0, _ := histogramOf(t, series.ttft)
+	cached0 := testutil.ToFloat64(series.cached)
+	ok0 := testutil.ToFloat64(metricGenAIRequests.WithLabelValues("m", "chat", "default", "200", ""))
+	other := genAISeriesOf(genAIKey{otherModel, "chat", "default"})
+	other0, _ := histogramOf(t, other.duration)
+
+	const session, prompt = "session-operator-7", "the secret prompt text"
+	for range 2 {
+		req, err := http.NewRequest(http.MethodPost, r.url("/v1/chat/completions"), strings.NewReader(chatBody(prompt, "hi", true)))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("X-Session-Id", session)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		lines, done, err := readSSE(resp)
+		require.NoError(t, err)
+		require.True(t, done, "status %d: %q", resp.StatusCode, lines)
+	}
+	body := strings.Replace(chatBody("p", "q", false), `"model":"m"`, `"model":"unlisted-9"`, 1)
+	resp := post(t, r.url("/v1/chat/completions"), key, "", "", body)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	waitFor(t, "three requests observed", func() bool {
+		n, _ := histogramOf(t, other.duration)
+		return testutil.ToFloat64(metricGenAIRequests.WithLabelValues("m", "chat", "default", "200", "")) == ok0+2 && n == other0+1
+	})
+	ttft1, _ := histogramOf(t, series.ttft)
+	assert.Equal(t, ttft0+2, ttft1, "two streams, two first tokens")
+	assert.Equal(t, cached0+64, testutil.ToFloat64(series.cached), "the fake reports 32 cached tokens per stream")
+
+	r.requireDrained(f.addr)
+	// Caddy writes an entry after the handlers return, which may be just
+	// after the client read the answer's end.
+	waitFor(t, "three access log entries", func() bool { return len(logEntries(t, logPath)) >= 3 })
+	entries := logEntries(t, logPath)
+	require.Len(t, entries, 3)
+	raw, err := os.ReadFile(logPath)
+	require.NoError(t, err)
+	for _, secret := range []string{key, prompt} {
+		assert.NotContains(t, string(raw), secret)
+	}
+	// Caddy logs the request's headers itself (a filter can delete the
+	// session header there, README); llm_route's fields never hold it.
+	for _, e := range entries {
+		for k, v := range e {
+			if strings.HasPrefix(k, "llm_") {
+				assert.NotContains(t, fmt.Sprint(v), session, k)
+			}
+		}
+	}
+	first, second, third := entries[0], entries[1], entries[2]
+	assert.Equal(t, "m", first[logModel])
+	assert.Equal(t, "chat/completions", first[logEndpoint])
+	assert.Equal(t, "chat", first[logOperation])
+	assert.Equal(t, f.addr, first[logReplica])
+	assert.Equal(t, "prefix_load", first[logStrategy])
+	assert.Equal(t, "session_new", first[logReason])
+	assert.Equal(t, "session_home", second[logReason])
+	assert.Equal(t, fmt.Sprintf("%x", sessionKey("m", session)), first[logSession])
+	assert.Equal(t, 40.0, first[logPrompt])
+	assert.Equal(t, 32.0, first[logCached])
+	assert.Equal(t, 1.0, first[logOutput])
+	assert.Equal(t, true, first[logStream])
+	assert.Greater(t, first[logTTFT], 0.0)
+	assert.Equal(t, 1.0, first[logAttempts])
+	assert.Equal(t, "unlisted-9", third[logModel], "the log names the model asked for")
+	assert.Equal(t, "prefix_load", third[logReason])
+	assert.NotContains(t, third, logTTFT, "not a stream")
+	assert.NotContains(t, third, logSession)
+}
