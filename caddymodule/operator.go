@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"net/http"
+	"sort"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -84,4 +85,26 @@ func (operatorCollector) Collect(ch chan<- prometheus.Metric) {
 // genai.go.
 var operatorCollectors = []prometheus.Collector{
 	metricGenAITTFT, metricGenAITPOT, metricGenAIDuration, metricGenAITokens, metricGenAIRequests, operatorCollector{},
+}
+
+// replicaAddrs lists the replicas the policy holds state for, sorted.
+func (p *LLMSelection) replicaAddrs() []string {
+	var out []string
+	p.states.Range(func(k, _ any) bool {
+		out = append(out, k.(string))
+		return true
+	})
+	sort.Strings(out)
+	return out
+}
+
+// sessionsPerReplica counts the remembered sessions by the replica they
+// went to last. It walks the whole table (bounded by maxSessions), for
+// /llm_route/state only, never per request.
+func sessionsPerReplica() map[string]int {
+	out := map[string]int{}
+	for _, addr := range sessionHomes.Values() {
+		out[addr]++
+	}
+	return out
 }
