@@ -1,9 +1,11 @@
 package caddymodule
 
 import (
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -107,20 +109,56 @@ type genAIKey struct{ model, operation, tenant string }
 
 type genAIStatusKey struct {
 	genAIKey
-	status, errType string
+	status  int
+	errType string
 }
 
 var (
-	genAISeriesCache sync.Map // genAIKey -> *genAISeries
-	genAIStatusCache sync.Map // genAIStatusKey -> prometheus.Counter
+	genAISeriesCache cowMap[genAIKey, *genAISeries]
+	genAIStatusCache cowMap[genAIStatusKey, prometheus.Counter]
 )
+
+// cowMap is a map read without a lock or an allocation (a struct key in a
+// sync.Map is boxed on every lookup) and copied on the rare write: its
+// keys are the bounded label sets, each written once.
+type cowMap[K comparable, V any] struct {
+	m  atomic.Pointer[map[K]V]
+	mu sync.Mutex
+}
+
+// get returns k's value, made by mk (under the write lock) when missing.
+func (c *cowMap[K, V]) get(k K, mk func() V) V {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old != nil {
+		if v, ok := (*old)[k]; ok {
+			return v
+		}
+	}
+	next := make(map[K]V, 1)
+	if old != nil {
+		maps.Copy(next, *old)
+	}
+	v := mk()
+	next[k] = v
+	c.m.Store(&next)
+	return v
+}
 
 // genAISeriesOf returns the series of k.
 func genAISeriesOf(k genAIKey) *genAISeries {
-	if v, ok := genAISeriesCache.Load(k); ok {
-		return v.(*genAISeries)
-	}
-	s := &genAISeries{
+	return genAISeriesCache.get(k, func() *genAISeries { return newGenAISeries(k) })
+}
+
+// newGenAISeries makes k's children.
+func newGenAISeries(k genAIKey) *genAISeries {
+	return &genAISeries{
 		ttft:     metricGenAITTFT.WithLabelValues(k.model, k.operation),
 		tpot:     metricGenAITPOT.WithLabelValues(k.model, k.operation),
 		duration: metricGenAIDuration.WithLabelValues(k.model, k.operation),
@@ -129,18 +167,14 @@ func genAISeriesOf(k genAIKey) *genAISeries {
 		cached:   metricGenAITokens.WithLabelValues(k.model, k.operation, k.tenant, tokenCached),
 		model:    k.model, operation: k.operation, tenantName: k.tenant,
 	}
-	v, _ := genAISeriesCache.LoadOrStore(k, s)
-	return v.(*genAISeries)
 }
 
 // countStatus counts one request in llmroute_gen_ai_requests_total.
 func (s *genAISeries) countStatus(status int, errType string) {
-	k := genAIStatusKey{genAIKey{s.model, s.operation, s.tenantName}, statusLabel(status), errType}
-	c, ok := genAIStatusCache.Load(k)
-	if !ok {
-		c, _ = genAIStatusCache.LoadOrStore(k, metricGenAIRequests.WithLabelValues(k.model, k.operation, k.tenant, k.status, k.errType))
-	}
-	c.(prometheus.Counter).Inc()
+	k := genAIStatusKey{genAIKey{s.model, s.operation, s.tenantName}, boundStatus(status), errType}
+	genAIStatusCache.get(k, func() prometheus.Counter {
+		return metricGenAIRequests.WithLabelValues(k.model, k.operation, k.tenant, statusLabel(k.status), k.errType)
+	}).Inc()
 }
 
 // statusLabel spells an HTTP status for a label; anything outside 100-599
@@ -150,6 +184,15 @@ func statusLabel(status int) string {
 		return "0"
 	}
 	return strconv.Itoa(status)
+}
+
+// boundStatus is status as the requests metric keys it (statusLabel's
+// bound), so that the cache holds one entry per label value.
+func boundStatus(status int) int {
+	if status < 100 || status > 599 {
+		return 0
+	}
+	return status
 }
 
 // usageFigures is what an answer's usage said: prompt, cached and output
