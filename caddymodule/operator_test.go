@@ -236,3 +236,44 @@ func TestMetricsAndLogFieldsThroughCaddy(t *testing.T) {
 	assert.NotContains(t, third, logTTFT, "not a stream")
 	assert.NotContains(t, third, logSession)
 }
+
+// TestModelLabelFromReplicaList proves that a model a replica lists on
+// its /v1/models gets its own label, though the config names it only by a
+// pattern: its first request starts a read of the replicas' lists, and
+// its requests are counted under its name from then on; a model the
+// pattern matches but no replica lists stays "other".
+func TestModelLabelFromReplicaList(t *testing.T) {
+	const listed, unlisted = "labels-listed-7b", "labels-unlisted-7b"
+	rep := modelsServer(t, listed)
+	r := startRouter(t, fmt.Sprintf(`
+	llm_route
+	@m llm_model labels-*
+	reverse_proxy @m %s {
+		lb_policy llm
+	}`, rep))
+	knownModels.mu.Lock()
+	knownModels.lastRefresh = time.Time{} // an earlier test's refresh must not hold this one back
+	knownModels.mu.Unlock()
+	send := func(model string) {
+		resp := post(t, r.url("/v1/chat/completions"), "", "", "", strings.Replace(chatBody("s", "u", false), `"model":"m"`, `"model":"`+model+`"`, 1))
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	count := func(model string) float64 {
+		// Without keys every request is the default tenant's.
+		return testutil.ToFloat64(metricGenAIRequests.WithLabelValues(model, "chat", "default", "200", ""))
+	}
+	total := func() float64 { return count(listed) + count(otherModel) }
+	start := total()
+	send(listed)
+	waitFor(t, "the replicas' lists read", func() bool { return knownModels.label(listed) == listed })
+	// The first request is counted as it ends, under either label.
+	waitFor(t, "the first request counted", func() bool { return total() == start+1 })
+	before, others := count(listed), count(otherModel)
+	send(listed)
+	send(unlisted)
+	waitFor(t, "both requests counted", func() bool { return count(listed) == before+1 && count(otherModel) == others+1 })
+	assert.Equal(t, otherModel, knownModels.label(unlisted))
+	r.requireDrained(rep)
+}
