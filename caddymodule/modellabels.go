@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,9 +11,15 @@ import (
 
 // The models a metric label may name: the exact names of llm_model
 // matchers in the config and the models the replicas list on their own
-// /v1/models (models.go's cache). A client may send any model name, and
-// an engine that serves every name it is sent would make a label per
-// name; so any other model is labelled otherModel, and the set is capped.
+// /v1/models. A client may send any model name, and an engine that serves
+// every name it is sent would make a label per name; so any other model is
+// labelled otherModel, and the set is capped.
+//
+// The replicas' lists are those the gateway read to answer a client's GET
+// /v1/models (models.go), and, where a policy scrapes engine_metrics (so
+// the gateway polls its replicas already), lists read in the background
+// when a model nobody named arrives. Without engine_metrics the gateway
+// sends its replicas nothing of its own accord.
 
 // otherModel labels a model neither the config nor a replica names.
 const otherModel = "other"
@@ -28,8 +35,8 @@ type modelSet struct {
 	mu sync.Mutex
 	// configured are the names the config gave (llm_model matchers).
 	configured map[string]struct{}
-	// listed are the names the replicas listed at the last refresh.
-	listed map[string]struct{}
+	// listedNames are the names the replicas' lists have given.
+	listedNames map[string]struct{}
 	// refreshing is set while a refresh runs; lastRefresh is when the last
 	// one began.
 	refreshing  bool
@@ -64,11 +71,15 @@ func (m *modelSet) configure(patterns []string) {
 	m.publishLocked()
 }
 
-// publishLocked puts the union of configured and listed in force, at
-// most maxModelLabels names (configured ones first).
+// publishLocked puts in force the names in force, then the configured
+// and the listed ones, at most maxModelLabels: a name once in force stays
+// (its series does not change label), and configured ones come first.
 func (m *modelSet) publishLocked() {
-	k := make(map[string]struct{}, len(m.configured)+len(m.listed))
-	for _, src := range []map[string]struct{}{m.configured, m.listed} {
+	k := map[string]struct{}{}
+	if cur := m.known.Load(); cur != nil {
+		maps.Copy(k, *cur)
+	}
+	for _, src := range []map[string]struct{}{m.configured, m.listedNames} {
 		for n := range src {
 			if len(k) >= maxModelLabels {
 				break
@@ -83,13 +94,31 @@ func (m *modelSet) publishLocked() {
 // read again from the replicas: as often as their lists are cached.
 const modelsRefreshEvery = modelsTTL
 
-// noteModel makes sure that model, if a replica lists it, is soon in the
-// set: an unknown model starts a refresh of the replicas' lists in the
-// background, at most one at a time and one per modelsRefreshEvery. It is
-// called as a request arrives, so that the request's own label, read as
-// it ends, already knows the model when a replica lists it.
+// listed adds the models of lists the gateway read. Names stay once
+// added (a label does not come and go with a replica's answers), within
+// maxModelLabels.
+func (m *modelSet) listed(models []modelEntry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.listedNames == nil {
+		m.listedNames = map[string]struct{}{}
+	}
+	for _, e := range models {
+		if e.ID != "" {
+			m.listedNames[e.ID] = struct{}{}
+		}
+	}
+	m.publishLocked()
+}
+
+// noteModel makes sure that the request's model, if a replica lists it,
+// is soon in the set: where a live policy scrapes engine metrics, an
+// unknown model starts a read of the replicas' lists in the background,
+// at most one at a time and one per modelsRefreshEvery. It is called as a
+// request arrives, so that the request's own label, read as it ends,
+// already knows the model when a replica lists it.
 func (h *LLMRoute) noteModel(rc *routeCtx) {
-	if rc.req == nil || rc.req.Model == "" || knownModels.label(rc.req.Model) != otherModel {
+	if rc.req == nil || rc.req.Model == "" || knownModels.label(rc.req.Model) != otherModel || !scrapesEngines() {
 		return
 	}
 	m := knownModels
@@ -104,24 +133,30 @@ func (h *LLMRoute) noteModel(rc *routeCtx) {
 	go h.refreshModels(m)
 }
 
-// refreshModels reads every routable replica's list (models.go) into m.
+// refreshModels adds every routable replica's list (models.go) to m.
 func (h *LLMRoute) refreshModels(m *modelSet) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*modelsFetchTimeout)
 	defer cancel()
-	listed := map[string]struct{}{}
+	var listed []modelEntry
 	for _, t := range routableReplicas() {
 		models, _ := h.replicaModels(ctx, t)
-		for _, e := range models {
-			if e.ID != "" {
-				listed[e.ID] = struct{}{}
-			}
+		listed = append(listed, models...)
+	}
+	m.listed(listed)
+	m.mu.Lock()
+	m.refreshing = false
+	m.mu.Unlock()
+}
+
+// scrapesEngines reports whether a live policy scrapes its replicas'
+// engine metrics.
+func scrapesEngines() bool {
+	livePolicies.Lock()
+	defer livePolicies.Unlock()
+	for _, p := range livePolicies.list {
+		if p.EngineMetrics != nil {
+			return true
 		}
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.refreshing = false
-	if len(listed) > 0 {
-		m.listed = listed
-	}
-	m.publishLocked()
+	return false
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,10 +48,7 @@ func TestModelLabelsBounded(t *testing.T) {
 	m.configure([]string{"llama", "qwen3-*", ""})
 	assert.Equal(t, "llama", m.label("llama"))
 	assert.Equal(t, otherModel, m.label("qwen3-32b"), "a pattern names no model")
-	m.mu.Lock()
-	m.listed = map[string]struct{}{"qwen3-32b": {}}
-	m.publishLocked()
-	m.mu.Unlock()
+	m.listed([]modelEntry{{ID: "qwen3-32b"}, {ID: ""}})
 	assert.Equal(t, "qwen3-32b", m.label("qwen3-32b"), "listed by a replica")
 	many := make([]string, 0, 2*maxModelLabels)
 	for i := range 2 * maxModelLabels {
@@ -237,22 +236,47 @@ func TestMetricsAndLogFieldsThroughCaddy(t *testing.T) {
 	assert.NotContains(t, third, logSession)
 }
 
+// listingReplica is a replica that lists models at /v1/models, counting
+// those requests, and answers anything else with a chat completion.
+func listingReplica(t *testing.T, models ...string) (string, *atomic.Int64) {
+	t.Helper()
+	var lists atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/v1/models" {
+			lists.Add(1)
+			l := modelList{Object: "list"}
+			for _, m := range models {
+				l.Data = append(l.Data, modelEntry{ID: m, Object: "model"})
+			}
+			_ = json.NewEncoder(w).Encode(l)
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[]}`)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://"), &lists
+}
+
 // TestModelLabelFromReplicaList proves that a model a replica lists on
 // its /v1/models gets its own label, though the config names it only by a
-// pattern: its first request starts a read of the replicas' lists, and
-// its requests are counted under its name from then on; a model the
-// pattern matches but no replica lists stays "other".
+// pattern, while one no replica lists stays "other". Without
+// engine_metrics the gateway asks its replicas nothing of its own accord:
+// the lists come from a client's GET /v1/models. With engine_metrics a
+// model nobody named makes the gateway read the lists in the background.
 func TestModelLabelFromReplicaList(t *testing.T) {
-	const listed, unlisted = "labels-listed-7b", "labels-unlisted-7b"
-	rep := modelsServer(t, listed)
-	r := startRouter(t, fmt.Sprintf(`
+	const listed, unlisted, later = "labels-listed-7b", "labels-unlisted-7b", "labels-later-7b"
+	rep, lists := listingReplica(t, listed, later)
+	site := `
 	llm_route
 	@m llm_model labels-*
 	reverse_proxy @m %s {
-		lb_policy llm
-	}`, rep))
+		lb_policy llm %s
+	}`
+	r := startRouter(t, fmt.Sprintf(site, rep, ""))
 	knownModels.mu.Lock()
-	knownModels.lastRefresh = time.Time{} // an earlier test's refresh must not hold this one back
+	knownModels.lastRefresh = time.Time{} // an earlier test's read must not hold this one back
 	knownModels.mu.Unlock()
 	send := func(model string) {
 		resp := post(t, r.url("/v1/chat/completions"), "", "", "", strings.Replace(chatBody("s", "u", false), `"model":"m"`, `"model":"`+model+`"`, 1))
@@ -260,20 +284,38 @@ func TestModelLabelFromReplicaList(t *testing.T) {
 		resp.Body.Close()
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 	}
+	// Without keys every request is the default tenant's.
 	count := func(model string) float64 {
-		// Without keys every request is the default tenant's.
 		return testutil.ToFloat64(metricGenAIRequests.WithLabelValues(model, "chat", "default", "200", ""))
 	}
-	total := func() float64 { return count(listed) + count(otherModel) }
-	start := total()
+	waitCounted := func(model string, want float64) {
+		t.Helper()
+		waitFor(t, model+" counted", func() bool { return count(model) == want })
+	}
+
+	others := count(otherModel)
 	send(listed)
-	waitFor(t, "the replicas' lists read", func() bool { return knownModels.label(listed) == listed })
-	// The first request is counted as it ends, under either label.
-	waitFor(t, "the first request counted", func() bool { return total() == start+1 })
-	before, others := count(listed), count(otherModel)
+	waitCounted(otherModel, others+1)
+	assert.Zero(t, lists.Load(), "without engine_metrics nothing asks the replica for its list")
+	resp, err := http.Get(r.url("/v1/models"))
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, int64(1), lists.Load())
+	assert.Equal(t, later, knownModels.label(later), "every listed model is named")
+	named := count(listed)
 	send(listed)
 	send(unlisted)
-	waitFor(t, "both requests counted", func() bool { return count(listed) == before+1 && count(otherModel) == others+1 })
+	waitCounted(listed, named+1)
+	waitCounted(otherModel, others+2)
+
+	// With engine_metrics, a model nobody named yet starts a read.
+	const fresh = "labels-fresh-7b"
+	rep2, lists2 := listingReplica(t, fresh)
+	r.load(fmt.Sprintf(site, rep2, "{\n\t\t\tengine_metrics {\n\t\t\t\tinterval 1h\n\t\t\t}\n\t\t}"))
+	send(fresh)
+	waitFor(t, "the replica's list read", func() bool { return knownModels.label(fresh) == fresh })
+	assert.Equal(t, int64(1), lists2.Load())
 	assert.Equal(t, otherModel, knownModels.label(unlisted))
-	r.requireDrained(rep)
+	r.requireDrained(rep2)
 }
