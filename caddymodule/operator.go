@@ -108,3 +108,6 @@ func sessionsPerReplica() map[string]int {
 	}
 	return out
 }
+
+// Interface guards
+var _ prometheus.Collector = operatorCollector{}

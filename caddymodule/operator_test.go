@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -318,4 +320,53 @@ func TestModelLabelFromReplicaList(t *testing.T) {
 	assert.Equal(t, int64(1), lists2.Load())
 	assert.Equal(t, otherModel, knownModels.label(unlisted))
 	r.requireDrained(rep2)
+}
+
+// TestGenAIMetricsSurviveReload proves that the per-model metrics are in
+// Caddy's /metrics and stay there, with their counts, across a reload
+// (the new config's registry takes the same collectors; no duplicate
+// registration panics).
+func TestGenAIMetricsSurviveReload(t *testing.T) {
+	f := newFake(t)
+	site := fmt.Sprintf(`
+	llm_route
+	@m llm_model m
+	reverse_proxy @m %s {
+		lb_policy llm
+	}`, f.addr)
+	r := startRouter(t, site)
+	scrape := func() string {
+		t.Helper()
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", r.admin))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(b)
+	}
+	series := regexp.MustCompile(`(?m)^llmroute_gen_ai_requests_total\{error_type="",gen_ai_operation_name="chat",gen_ai_request_model="m",http_response_status_code="200",tenant="default"\} (\d+)$`)
+	value := func(body string) int {
+		t.Helper()
+		m := series.FindStringSubmatch(body)
+		require.NotNil(t, m, "no requests series for model m in /metrics")
+		n, err := strconv.Atoi(m[1])
+		require.NoError(t, err)
+		return n
+	}
+	send := func() {
+		resp := post(t, r.url("/v1/chat/completions"), "", "", "", chatBody("s", "u", false))
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	send()
+	waitFor(t, "the request counted", func() bool { return series.MatchString(scrape()) })
+	before := value(scrape())
+	body := scrape()
+	for _, name := range []string{"llmroute_gen_ai_server_request_duration_seconds_bucket", "llmroute_gen_ai_token_usage_total"} {
+		assert.Contains(t, body, name)
+	}
+	r.load(site)
+	send()
+	waitFor(t, "the request after the reload counted", func() bool { return value(scrape()) == before+1 })
 }
