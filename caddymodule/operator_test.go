@@ -21,6 +21,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 // histogramOf returns a histogram child's sample count and sum.
@@ -369,4 +371,47 @@ func TestGenAIMetricsSurviveReload(t *testing.T) {
 	r.load(site)
 	send()
 	waitFor(t, "the request after the reload counted", func() bool { return value(scrape()) == before+1 })
+}
+
+// TestUntrackedPickLogged proves that a request `lb_policy llm` routes
+// without llm_route before it says so in the access log (llm_reason
+// untracked) and gets none of llm_route's other fields.
+func TestUntrackedPickLogged(t *testing.T) {
+	f := newFake(t)
+	logPath := filepath.Join(t.TempDir(), "access.log")
+	r := startRouter(t, fmt.Sprintf(`
+	log {
+		output file %s
+		format json
+	}
+	reverse_proxy %s {
+		lb_policy llm
+	}`, logPath, f.addr))
+	resp := post(t, r.url("/v1/chat/completions"), "", "", "", chatBody("s", "u", false))
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	waitFor(t, "the access log entry", func() bool { return len(logEntries(t, logPath)) == 1 })
+	e := logEntries(t, logPath)[0]
+	assert.Equal(t, pickUntracked, e[logReason])
+	assert.NotContains(t, e, logModel)
+	assert.NotContains(t, e, logReplica)
+}
+
+// TestPickReason proves the reasons the policy names itself, and that any
+// other pick is the strategy's.
+func TestPickReason(t *testing.T) {
+	s, err := policies.NewStrategy("least_load", policies.Options{})
+	require.NoError(t, err)
+	p := &LLMSelection{strategy: s}
+	assert.Equal(t, pickPin, p.pickReason(true, "home"), "a pin wins over a session")
+	assert.Equal(t, "session_home", p.pickReason(false, "home"))
+	assert.Equal(t, "session_moved", p.pickReason(false, "moved"))
+	assert.Equal(t, "least_load", p.pickReason(false, ""))
+	rc := &routeCtx{}
+	rc.setPick("session_new", true)
+	rc.setPick("least_load", false) // a retry's pick, after a queued one
+	reason, queued := rc.pickOf()
+	assert.Equal(t, "least_load", reason, "the latest attempt's")
+	assert.True(t, queued, "the request went through the queue")
 }

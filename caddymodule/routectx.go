@@ -122,8 +122,8 @@ type routeCtx struct {
 	holds *slotHolds
 	place *holdPlace
 	// pick is why the policy chose the replica of the latest attempt
-	// (pickreason.go), for the access log; queued says it waited in the
-	// queue first.
+	// (pickreason.go), for the access log; queued says the request went
+	// through the wait queue.
 	pick   string
 	queued bool
 	// trace is the client trace the handler puts in the request's context
