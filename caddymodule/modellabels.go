@@ -31,16 +31,16 @@ const maxModelLabels = 256
 type modelSet struct {
 	// known is the set in force, replaced whole (readers take no lock).
 	known atomic.Pointer[map[string]struct{}]
+	// reading is set while a read of the replicas' lists runs; nextRead
+	// is when (Unix nanoseconds) an unknown model may start the next.
+	reading  atomic.Bool
+	nextRead atomic.Int64
 
 	mu sync.Mutex
 	// configured are the names the config gave (llm_model matchers).
 	configured map[string]struct{}
 	// listedNames are the names the replicas' lists have given.
 	listedNames map[string]struct{}
-	// refreshing is set while a refresh runs; lastRefresh is when the last
-	// one began.
-	refreshing  bool
-	lastRefresh time.Time
 }
 
 // knownModels is the process's set: labels stay the same across reloads.
@@ -116,20 +116,21 @@ func (m *modelSet) listed(models []modelEntry) {
 // unknown model starts a read of the replicas' lists in the background,
 // at most one at a time and one per modelsRefreshEvery. It is called as a
 // request arrives, so that the request's own label, read as it ends,
-// already knows the model when a replica lists it.
+// already knows the model when a replica lists it. Requests of unknown
+// models between reads take no lock (one compare-and-swap wins each
+// period).
 func (h *LLMRoute) noteModel(rc *routeCtx) {
-	if rc.req == nil || rc.req.Model == "" || knownModels.label(rc.req.Model) != otherModel || !scrapesEngines() {
+	if rc.req == nil || rc.req.Model == "" || knownModels.label(rc.req.Model) != otherModel {
 		return
 	}
 	m := knownModels
-	now := time.Now()
-	m.mu.Lock()
-	if m.refreshing || (!m.lastRefresh.IsZero() && now.Sub(m.lastRefresh) < modelsRefreshEvery) {
-		m.mu.Unlock()
+	next, now := m.nextRead.Load(), time.Now().UnixNano()
+	if now < next || !m.nextRead.CompareAndSwap(next, now+int64(modelsRefreshEvery)) || !scrapesEngines() {
 		return
 	}
-	m.refreshing, m.lastRefresh = true, now
-	m.mu.Unlock()
+	if !m.reading.CompareAndSwap(false, true) {
+		return
+	}
 	go h.refreshModels(m)
 }
 
@@ -143,9 +144,7 @@ func (h *LLMRoute) refreshModels(m *modelSet) {
 		listed = append(listed, models...)
 	}
 	m.listed(listed)
-	m.mu.Lock()
-	m.refreshing = false
-	m.mu.Unlock()
+	m.reading.Store(false)
 }
 
 // scrapesEngines reports whether a live policy scrapes its replicas'

@@ -277,9 +277,6 @@ func TestModelLabelFromReplicaList(t *testing.T) {
 		lb_policy llm %s
 	}`
 	r := startRouter(t, fmt.Sprintf(site, rep, ""))
-	knownModels.mu.Lock()
-	knownModels.lastRefresh = time.Time{} // an earlier test's read must not hold this one back
-	knownModels.mu.Unlock()
 	send := func(model string) {
 		resp := post(t, r.url("/v1/chat/completions"), "", "", "", strings.Replace(chatBody("s", "u", false), `"model":"m"`, `"model":"`+model+`"`, 1))
 		_, _ = io.Copy(io.Discard, resp.Body)
@@ -315,6 +312,7 @@ func TestModelLabelFromReplicaList(t *testing.T) {
 	const fresh = "labels-fresh-7b"
 	rep2, lists2 := listingReplica(t, fresh)
 	r.load(fmt.Sprintf(site, rep2, "{\n\t\t\tengine_metrics {\n\t\t\t\tinterval 1h\n\t\t\t}\n\t\t}"))
+	knownModels.nextRead.Store(0) // the unknown models above held the next read back for 10 s
 	send(fresh)
 	waitFor(t, "the replica's list read", func() bool { return knownModels.label(fresh) == fresh })
 	assert.Equal(t, int64(1), lists2.Load())
