@@ -189,7 +189,7 @@ func TestLLMStatusCommand(t *testing.T) {
 	}
 	assert.Equal(t, 6, sessions, "six workers, six sessions")
 
-	watched, err := run(1500*time.Millisecond, "--watch", "--interval", "200ms")
+	watched, err := run(3*time.Second, "--watch", "--interval", "200ms")
 	require.Error(t, err, "--watch runs until stopped")
 	assert.GreaterOrEqual(t, strings.Count(watched, "POOL 1"), 3, "redrawn every 200ms")
 
