@@ -47,15 +47,19 @@ const (
 )
 
 var (
-	// Buckets of the conventions' advice for time to first token and
-	// request duration (seconds), and for time per output token.
-	genAIDurationBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 30, 60}
-	genAIPerTokenBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5}
+	// Buckets (seconds) of the conventions' advice: for time to first
+	// token, with 30 s and 60 s above for a gateway whose queue holds
+	// requests up to queue_timeout; for request duration as advised; for
+	// time per output token with two below its 10 ms, where fast engines
+	// and small models stream.
+	genAITTFTBuckets     = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 30, 60}
+	genAIDurationBuckets = prometheus.ExponentialBuckets(0.01, 2, 14) // 0.01 to 81.92
+	genAIPerTokenBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5}
 
 	metricGenAITTFT = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metricNS, Name: "gen_ai_server_time_to_first_token_seconds",
 		Help:    "Time from a streamed request's arrival to its first byte relayed (successful streams), by model and operation.",
-		Buckets: genAIDurationBuckets,
+		Buckets: genAITTFTBuckets,
 	}, []string{labelModel, labelOperation})
 	metricGenAITPOT = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: metricNS, Name: "gen_ai_server_time_per_output_token_seconds",
