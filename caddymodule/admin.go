@@ -79,15 +79,18 @@ func (p *LLMSelection) status() stateapi.Policy {
 		CooldownMax:      time.Duration(p.CooldownMax),
 		DialTimeoutFails: p.DialTimeoutFails, StatusFails: p.StatusFails, EngineMetrics: p.EngineMetrics != nil,
 		SheddableShare: p.SheddableShare, SlotHold: p.holds.status(time.Duration(p.SlotHold)),
-		Peers: peers, NewPrefixes: fresh, UniqueRun: run,
+		Peers: peers, NewPrefixes: fresh, UniqueRun: run, Replicas: p.replicaAddrs(),
 	}
 }
 
 // snapshotReplicas returns every known replica's status, sorted by address.
 func snapshotReplicas() []stateapi.Replica {
 	var out []stateapi.Replica
+	sessions := sessionsPerReplica()
 	replicas.Range(func(_, v any) bool {
-		out = append(out, v.(*replicaState).status())
+		rs := v.(*replicaState).status()
+		rs.Sessions = sessions[rs.Addr]
+		out = append(out, rs)
 		return true
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })

@@ -84,6 +84,7 @@ func (h *LLMRoute) serveModels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sort.Slice(out.Data, func(i, j int) bool { return out.Data[i].ID < out.Data[j].ID })
+	knownModels.listed(out.Data) // the metrics' model labels (modellabels.go)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
 }

@@ -385,6 +385,7 @@ func (p *LLMSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _
 		p.warnOnce.Do(func() {
 			p.logger.Warn("lb_policy llm used without the llm_route handler: no prefix keys, no reservations, no queue")
 		})
+		logUntracked(r)
 		return p.selectUntracked(pool)
 	}
 	retry, rejected := rc.pending()

@@ -87,6 +87,9 @@ type Replica struct {
 	IndexCapacity int      `json:"index_capacity"`
 	Engine        *Engine  `json:"engine,omitempty"`
 	Feedback      Feedback `json:"feedback"`
+	// Sessions counts the sessions whose last request went to this
+	// replica (remembered, not expired).
+	Sessions int `json:"sessions"`
 }
 
 // Engine is the last scrape of a replica's own metrics.
@@ -161,6 +164,9 @@ type Policy struct {
 	NewPrefixes string `json:"new_prefixes,omitempty"`
 	// UniqueRun is prefix_load's tuning.unique_run (-1: never).
 	UniqueRun int `json:"unique_run,omitempty"`
+	// Replicas are the addresses of the replicas the policy holds state
+	// for (its pool's), sorted.
+	Replicas []string `json:"replicas,omitempty"`
 }
 
 // SlotHold is a policy's slot_hold: its bound, the estimates its decision
