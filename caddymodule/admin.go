@@ -113,6 +113,7 @@ func (s *replicaState) status() stateapi.Replica {
 	}
 	s.mu.Unlock()
 	rs.Feedback = feedbackStatus(s.belief.Stats())
+	rs.ReportsCached = s.reports.kinds()
 	ix := s.belief.Index()
 	rs.IndexEntries, rs.IndexCapacity = ix.Len(), ix.Capacity()
 	return rs

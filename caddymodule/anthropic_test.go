@@ -76,7 +76,9 @@ func TestUsageSnifferAnthropicJSON(t *testing.T) {
 		cached, prompt int
 	}{
 		{`{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":3,"cache_creation_input_tokens":0,"cache_read_input_tokens":128,"output_tokens":2}}`, true, 128, 131},
-		{`{"type":"message","content":[],"usage":{"input_tokens":3,"output_tokens":2}}`, false, 0, 0},
+		// vLLM and SGLang: no cache figure; the prompt is known, and whether
+		// silence means none cached is the replica's record (cachereport.go).
+		{`{"type":"message","content":[],"usage":{"input_tokens":3,"output_tokens":2}}`, false, 0, 3},
 	} {
 		s := &usageSniffer{}
 		s.start("application/json")

@@ -37,7 +37,9 @@ import (
 //			interval <duration>
 //			timeout  <duration>
 //			stale_after <duration>
+//			api_key  <key>
 //		}
+//		cache_report    auto|always|never
 //	}
 func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume policy name
@@ -79,6 +81,8 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			p.HomesDirectory, err = parseHomesDirectory(d)
 		case "engine_metrics":
 			p.EngineMetrics, err = parseEngineMetrics(d)
+		case "cache_report":
+			p.CacheReport, err = oneArg(d)
 		default:
 			if why, ok := removedPolicyOptions[opt]; ok {
 				return d.Errf("llm policy option %q was removed: %s", opt, why)
@@ -228,6 +232,8 @@ func parseEngineMetrics(d *caddyfile.Dispenser) (*EngineMetricsConfig, error) {
 			err = durationArg(d, "engine_metrics "+key, &cfg.Timeout)
 		case "stale_after":
 			err = durationArg(d, "engine_metrics "+key, &cfg.StaleAfter)
+		case "api_key":
+			cfg.APIKey, err = oneArg(d)
 		default:
 			return nil, d.Errf("unrecognized engine_metrics option %q", key)
 		}

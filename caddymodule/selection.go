@@ -159,6 +159,17 @@ type LLMSelection struct {
 	// duration, so it takes load gradually. Default 0 (off).
 	SlowStart caddy.Duration `json:"slow_start,omitempty"`
 
+	// CacheReport says whether the replicas' silence about cached tokens
+	// means none were cached, so that a miss is counted and the index
+	// corrected: "auto" (the default) once a replica has reported cached
+	// tokens for that endpoint kind (vLLM and SGLang write the figure only
+	// when it is above 0, llama.cpp always); "always" from the first
+	// answer (engines configured to report: vLLM's
+	// --enable-prompt-tokens-details, SGLang's --enable-cache-report);
+	// "never" ignores the reports (the index is then corrected only by
+	// the engines' metrics).
+	CacheReport string `json:"cache_report,omitempty"`
+
 	// Tuning holds prefix_load's measured constants, for experiments
 	// only: JSON, no Caddyfile directive (see Tuning).
 	Tuning *Tuning `json:"tuning,omitempty"`
@@ -221,6 +232,9 @@ func (p *LLMSelection) Provision(ctx caddy.Context) error {
 	registerMetrics(ctx)
 	p.decision = metricDecision.WithLabelValues(p.strategy.Name())
 	if p.EngineMetrics != nil {
+		if err := p.EngineMetrics.resolve(caddy.NewReplacer()); err != nil {
+			return err
+		}
 		p.scraper = newScraper(*p.EngineMetrics, p.logger)
 	}
 	goLive(p)
@@ -310,6 +324,7 @@ func (p *LLMSelection) setup() error {
 	}
 	p.rules.indexAnswers = p.IndexAnswers == nil || *p.IndexAnswers
 	p.rules.observer, _ = p.strategy.(policies.CheckObserver)
+	p.rules.cacheReport = p.CacheReport
 	return nil
 }
 
@@ -341,6 +356,9 @@ func (p *LLMSelection) Validate() error {
 	}
 	if p.BalanceFactor < 1 {
 		return fmt.Errorf("balance_factor must be >= 1, got %v", p.BalanceFactor)
+	}
+	if err := validCacheReport(p.CacheReport); err != nil {
+		return err
 	}
 	if err := p.Tuning.validate(); err != nil {
 		return err

@@ -87,6 +87,10 @@ type Replica struct {
 	IndexCapacity int      `json:"index_capacity"`
 	Engine        *Engine  `json:"engine,omitempty"`
 	Feedback      Feedback `json:"feedback"`
+	// ReportsCached lists the endpoint kinds (chat, completions,
+	// responses, messages) for which the replica has reported cached
+	// tokens: its silence there now means none cached (cache_report auto).
+	ReportsCached []string `json:"reports_cached,omitempty"`
 	// Sessions counts the sessions whose last request went to this
 	// replica (remembered, not expired).
 	Sessions int `json:"sessions"`
