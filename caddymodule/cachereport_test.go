@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/policies"
+	"github.com/llmroute/caddy-llmroute/simreplica"
 )
 
 // TestCachedOf proves the reporting rule: a figure is taken and marks the
@@ -95,4 +96,35 @@ func TestVLLMSilenceCountsMisses(t *testing.T) {
 	assert.Equal(t, n, rep.Feedback.Checks, "every answer checked, the silent ones too")
 	assert.GreaterOrEqual(t, rep.Feedback.Misses, n-2, "silence after a report counts as a miss")
 	assert.Less(t, rep.Feedback.Precision, 0.5, "precision is honest about the misses")
+}
+
+// TestVLLMMessagesSilenceIsUnknown proves that vLLM's /v1/messages
+// answers, which never carry cache_read_input_tokens (input_tokens is the
+// whole prompt), are not read as misses: the replica reported cached
+// tokens on chat, not on messages, so its silence there says nothing.
+func TestVLLMMessagesSilenceIsUnknown(t *testing.T) {
+	_, addr := startSimAs(t, "sim-vllm", 4, 50, simreplica.VLLM)
+	r := startRouter(t, fmt.Sprintf(`
+	llm_route {
+		request_usage
+	}
+	reverse_proxy %s {
+		lb_policy llm
+	}`, addr))
+	sys := strings.Repeat("You are a careful assistant. ", 40)
+	for i := range 3 {
+		resp := post(t, r.url("/v1/chat/completions"), "", "", "", chatBody(sys, fmt.Sprintf("q%d", i), false))
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		body := fmt.Sprintf(`{"model":"m","max_tokens":8,"system":%q,"messages":[{"role":"user","content":"q%d"}]}`, sys, i)
+		resp = postMessages(t, r.url("/v1/messages"), "", "application/json", body)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	waitFor(t, "the chat answers checked", func() bool { return r.replica(addr).Feedback.Checks >= 2 })
+	rep := r.replica(addr)
+	assert.Equal(t, []string{"chat"}, rep.ReportsCached)
+	assert.Zero(t, rep.Feedback.Misses, "no message answer read as a miss")
+	assert.LessOrEqual(t, rep.Feedback.Checks, 3, "only chat answers are checked")
 }

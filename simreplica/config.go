@@ -38,6 +38,9 @@ type Config struct {
 	Model string
 	// Engine configures the engine model (blocks, limits, costs, speed).
 	Engine simengine.Config
+	// Personality is the engine whose answers the replica writes (what
+	// usage says about cached tokens); "" is vllm.
+	Personality Personality
 	// OutputTokens is the natural answer length: after that many tokens
 	// the fake model stops with finish_reason "stop" (unless max_tokens
 	// comes first: "length"). X-Sim-Output-Tokens overrides it.
@@ -62,6 +65,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
+	if c.Personality == "" {
+		c.Personality = VLLM
+	}
 	if c.Name == "" {
 		c.Name = DefaultName
 	}

@@ -72,6 +72,9 @@ type Server struct {
 // engine configuration or global fault spec.
 func New(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
+	if _, err := ParsePersonality(string(cfg.Personality)); err != nil {
+		return nil, err
+	}
 	eng, err := simengine.New(cfg.Engine)
 	if err != nil {
 		return nil, err
