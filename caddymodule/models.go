@@ -34,6 +34,10 @@ type modelEntry struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// Root and Parent are vLLM's: a LoRA adapter is listed under its own
+	// id with Parent naming the base model it runs on.
+	Root   string  `json:"root,omitempty"`
+	Parent *string `json:"parent,omitempty"`
 }
 
 // modelList is the body of GET /v1/models.
@@ -103,6 +107,7 @@ func (h *LLMRoute) replicaModels(ctx context.Context, t modelsTarget) ([]modelEn
 	}
 	models, ok := h.fetchModels(ctx, t)
 	rm.at, rm.models, rm.ok = time.Now(), models, ok
+	go recheckLists() // modelchoice.go; it takes rm's lock
 	return models, ok
 }
 

@@ -147,6 +147,9 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 		res.shed = true // the rest of the pool is kept for higher bands
 		return nil, res
 	}
+	if rc.req != nil {
+		leaveOutOtherModels(view, rc.req.Model, now) // modelchoice.go
+	}
 	pinned := pinTo(rc, view, sc.downs, &res)
 	for range len(view) {
 		i, how, why := p.pick(rc, keys, view, pinned)
