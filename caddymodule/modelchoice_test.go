@@ -54,8 +54,8 @@ func TestLeaveOutOtherModels(t *testing.T) {
 		model string
 		want  []int
 	}{
-		{"lora-a", []int{0, 2, 3}}, // .2 lists only qwen; .4's list is unknown
-		{"qwen", []int{0, 1, 2, 3}}, // .3 runs lora-a, whose parent is qwen
+		{"lora-a", []int{0, 2, 3}},   // .2 lists only qwen; .4's list is unknown
+		{"qwen", []int{0, 1, 2, 3}},  // .3 runs lora-a, whose parent is qwen
 		{"other", []int{0, 1, 2, 3}}, // nobody lists it: as without lists
 		{"", []int{0, 1, 2, 3}},
 	} {
