@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +15,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/llmroute/caddy-llmroute/simengine"
+	"github.com/llmroute/caddy-llmroute/simreplica"
 )
 
 func parseFixture(t *testing.T, name string) engineSample {
@@ -154,4 +160,83 @@ func TestScrapeSendsKey(t *testing.T) {
 	assert.Empty(t, e.lastErr)
 	assert.Equal(t, "llamacpp", e.engine)
 	assert.Equal(t, 1.0, e.running)
+}
+
+// familiesOf returns each metric family's label names in Prometheus text.
+func familiesOf(t *testing.T, text string) map[string][]string {
+	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(text))
+	require.NoError(t, err)
+	out := map[string][]string{}
+	for name, f := range fams {
+		var labels []string
+		if ms := f.GetMetric(); len(ms) > 0 {
+			for _, l := range ms[0].GetLabel() {
+				labels = append(labels, l.GetName())
+			}
+		}
+		out[name] = labels
+	}
+	return out
+}
+
+// TestSimreplicaMatchesEngineFixtures scrapes simreplica in each
+// personality and fails when it writes a family, or a label, that the
+// engine's fixture does not have: a simulated engine must look like the
+// engine it stands for. It then reads each as the router does.
+func TestSimreplicaMatchesEngineFixtures(t *testing.T) {
+	for _, c := range []struct {
+		p       simreplica.Personality
+		fixture string
+		dp      int
+		engines int
+		key     string
+	}{
+		{simreplica.VLLM, "vllm_dp2.metrics", 2, 2, ""},
+		{simreplica.SGLang, "sglang_tp2_pp2.metrics", 0, 1, ""},
+		{simreplica.LlamaCpp, "llamacpp.metrics", 0, 1, "sk-llama"},
+	} {
+		t.Run(string(c.p), func(t *testing.T) {
+			s, err := simreplica.New(simreplica.Config{Personality: c.p, DataParallel: c.dp, APIKey: c.key, Engine: simengine.DefaultConfig()})
+			require.NoError(t, err)
+			srv := httptest.NewServer(s)
+			defer srv.Close()
+			defer s.Close()
+			get := func(key string) (int, string) {
+				req, _ := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
+				if key != "" {
+					req.Header.Set("Authorization", "Bearer "+key)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				require.NoError(t, err)
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(b)
+			}
+			if c.key != "" {
+				code, _ := get("")
+				assert.Equal(t, http.StatusUnauthorized, code, "llama.cpp keeps /metrics behind its key")
+			}
+			code, text := get(c.key)
+			require.Equal(t, http.StatusOK, code)
+			want := familiesOf(t, mustRead(t, "testdata/engines/"+c.fixture))
+			n := 0
+			for name, labels := range familiesOf(t, text) {
+				if strings.HasPrefix(name, "sim_") {
+					continue // the simulator's own
+				}
+				wl, ok := want[name]
+				if assert.True(t, ok, "%s: family %s is not the engine's", c.p, name) {
+					assert.ElementsMatch(t, wl, labels, "%s: labels of %s", c.p, name)
+					n++
+				}
+			}
+			assert.GreaterOrEqual(t, n, 4, "families compared")
+			smp, err := parseEngineSample(strings.NewReader(text))
+			require.NoError(t, err)
+			assert.Equal(t, string(c.p), smp.engine)
+			assert.Equal(t, c.engines, smp.engines)
+		})
+	}
 }

@@ -1,7 +1,10 @@
 package simreplica
 
 import (
+	"crypto/subtle"
 	"fmt"
+	"net/http"
+	"strings"
 
 	"github.com/llmroute/caddy-llmroute/simengine"
 )
@@ -55,4 +58,11 @@ func (p Personality) anthropicUsage(prompt, cached, output int) anthropicUsage {
 		return anthropicUsage{InputTokens: prompt, OutputTokens: output}
 	}
 	return anthropicUsage{InputTokens: prompt - cached, CacheReadInputTokens: &cached, OutputTokens: output}
+}
+
+// keyed reports whether r carries key as a Bearer token, compared in
+// constant time.
+func keyed(r *http.Request, key string) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(key)) == 1
 }
