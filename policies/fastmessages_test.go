@@ -37,7 +37,7 @@ var fastMessagesBodies = []string{
 
 func TestFastMessagesMatchesGeneral(t *testing.T) {
 	cfg := ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64}
-	checkFixedBodies(t, parseBothMessages, cfg, fastMessagesBodies, []string{
+	odd := checkFixedBodies(t, parseBothMessages, cfg, fastMessagesBodies, []string{
 		`{"Model":"m","messages":[{"role":"user","content":"q"}]}`,
 		`{"model":"m","messages":[{"Role":"user","content":"q"}]}`,
 		`{"model":"m","messages":[{"role":"user","content":[{"Type":"text","text":"q"}]}]}`,
@@ -126,6 +126,10 @@ func TestFastMessagesMatchesGeneral(t *testing.T) {
 	}
 	t.Logf("fast path accepted %d/%d generated bodies, %d/%d truncations, %d/%d mutations", whole, iters, d.cutsAccepted, d.cuts, d.mutsAccepted, d.muts)
 	d.check(t)
+	d.exact(t, 29932, 29932, 13122)
+	if odd != 4 {
+		t.Errorf("fast path accepted %d odd bodies, want 4", odd)
+	}
 }
 
 // FuzzFastMessages checks, for any body, that an accepted body parses
