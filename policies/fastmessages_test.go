@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/llmroute/caddy-llmroute/internal/agentbody"
 )
 
 // parseBothMessages is parseBoth for /v1/messages.
@@ -181,4 +183,28 @@ func BenchmarkParseAgentBlocks(b *testing.B) {
 }
 func BenchmarkParseGeneralAgentBlocks(b *testing.B) {
 	benchmarkFastPath(b, pathMessages, fastMessages, agentBlocksBody(), false)
+}
+
+// agentSpec is the agent body the fast paths are held to: 51 KiB, 40
+// tools (27 KB of them), a system prompt of 6 KB and six rounds of
+// tool_use and tool_result.
+var agentSpec = agentbody.Spec{Size: 51 << 10, Tools: 40, Tenant: 1, Seed: 1, Stream: true}
+
+// BenchmarkParseAgentMessages51K is Parse of agentbody.Messages(agentSpec)
+// by the fast path; BenchmarkParseGeneralAgentMessages51K by
+// encoding/json, for comparison.
+func BenchmarkParseAgentMessages51K(b *testing.B) {
+	benchmarkFastPath(b, pathMessages, fastMessages, agentbody.Messages(agentSpec), true)
+}
+func BenchmarkParseGeneralAgentMessages51K(b *testing.B) {
+	benchmarkFastPath(b, pathMessages, fastMessages, agentbody.Messages(agentSpec), false)
+}
+
+// BenchmarkParseAgentChat51K is the same conversation as a chat body
+// with tools (agentbody.Chat).
+func BenchmarkParseAgentChat51K(b *testing.B) {
+	benchmarkFastPath(b, pathChat, fastChat, agentbody.Chat(agentSpec), true)
+}
+func BenchmarkParseGeneralAgentChat51K(b *testing.B) {
+	benchmarkFastPath(b, pathChat, fastChat, agentbody.Chat(agentSpec), false)
 }

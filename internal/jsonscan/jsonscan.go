@@ -25,6 +25,8 @@ const MaxDepth = 500
 type Scanner struct {
 	b []byte
 	i int
+	// loose is set whenever WS skips white space (SkipTight reads it).
+	loose bool
 }
 
 // New returns a scanner at the start of b.
@@ -46,6 +48,7 @@ func (s *Scanner) WS() {
 		switch s.b[s.i] {
 		case ' ', '\t', '\n', '\r':
 			s.i++
+			s.loose = true
 		default:
 			return
 		}
@@ -612,6 +615,21 @@ func (s *Scanner) String() (lit []byte, esc, ok bool) {
 	return lit, esc, true
 }
 
+// StringLen is String that returns the literal's decoded length
+// (StringEndLen) instead: it holds escapes when n != len(lit)-2.
+func (s *Scanner) StringLen() (lit []byte, n int, ok bool) {
+	if s.Peek() != '"' {
+		return nil, 0, false
+	}
+	end, n, ok := StringEndLen(s.b, s.i)
+	if !ok {
+		return nil, 0, false
+	}
+	lit = s.b[s.i:end]
+	s.i = end
+	return lit, n, true
+}
+
 // Text decodes a string literal as encoding/json does. A literal without
 // escapes whose bytes are valid UTF-8 is returned as those bytes, without
 // a copy (valid while the input is); any other goes through encoding/json.
@@ -709,6 +727,17 @@ func (s *Scanner) Int() (int64, bool) {
 
 // Skip reads any value after white space and returns its bytes.
 func (s *Scanner) Skip() ([]byte, bool) { return s.skip(0) }
+
+// SkipTight is Skip that also reports whether the value is tight: no
+// white space outside its strings, so that it is its own compact form
+// (what json.Compact would make of it), as the bodies clients serialize
+// are.
+func (s *Scanner) SkipTight() (v []byte, tight, ok bool) {
+	s.WS()
+	s.loose = false
+	v, ok = s.skip(0)
+	return v, !s.loose, ok
+}
 
 func (s *Scanner) skip(depth int) ([]byte, bool) {
 	if depth > MaxDepth {
