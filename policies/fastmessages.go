@@ -1,5 +1,7 @@
 package policies
 
+import "sync"
+
 // fastMessages is fastChat's counterpart for Anthropic's /v1/messages: one
 // pass over the body with the module's own scanner instead of
 // encoding/json, which validates the whole body, then decodes it, and
@@ -42,8 +44,14 @@ var (
 // fastMessages parses a /v1/messages body in one pass, or declines.
 func fastMessages(body []byte, cfg ParseConfig) (*Request, bool) {
 	s := newReader(body)
+	s.blockBufs = blockPool.Get().(*blockBufs)
 	var b messagesBody
-	defer b.release()
+	b.Messages = s.blockBufs.msgs[:0]
+	defer func() {
+		b.release()
+		s.blockBufs.msgs = b.Messages
+		s.blockBufs.release()
+	}()
 	gotMsgs := false
 	ok := s.Object(messagesTop, func(i int) bool {
 		switch i {
@@ -100,15 +108,46 @@ func (s *reader) blocks(b *blocks, depth int) bool {
 		*b = blocks{text: t, lit: lit, n: n, kind: shapeString}
 		return ok
 	case s.Peek() == '[' && depth < maxBlockDepth:
-		list := []block{}
+		bb := s.blockBufs
+		st := &bb.stacks[depth] // a list inside fills the next one
 		ok := s.Array(func() bool {
-			list = append(list, block{})
-			return s.block(&list[len(list)-1], depth)
+			*st = append(*st, block{})
+			return s.block(&(*st)[len(*st)-1], depth)
 		})
-		*b = blocks{list: list, kind: shapeArray}
+		at := len(bb.arena)
+		bb.arena = append(bb.arena, *st...)
+		clear(*st)
+		*st = (*st)[:0]
+		*b = blocks{list: bb.arena[at:len(bb.arena):len(bb.arena)], kind: shapeArray}
 		return ok
 	}
 	return false
+}
+
+// blockBufs holds fastMessages' messages and blocks: a block is about
+// 700 bytes and an agent's body has hundreds, and nothing of them
+// outlives the parse (keysChat hashes what it renders). A list of blocks
+// is built on the stack of its depth, and once complete (the lists inside
+// its blocks before it, from the next stack) copied to arena, whose
+// slices the body's lists are. All are pooled.
+type blockBufs struct {
+	msgs   []anthropicMessage
+	stacks [maxBlockDepth][]block
+	arena  []block
+}
+
+var blockPool = sync.Pool{New: func() any { return &blockBufs{arena: make([]block, 0, 64)} }}
+
+// release clears the buffers (they must not keep a body alive) and gives
+// them back to blockPool, unless a body made them too large to keep.
+func (bb *blockBufs) release() {
+	clear(bb.arena)
+	clear(bb.msgs)
+	if cap(bb.arena) > 4096 || cap(bb.msgs) > 1024 {
+		return
+	}
+	bb.arena, bb.msgs = bb.arena[:0], bb.msgs[:0]
+	blockPool.Put(bb)
 }
 
 // block reads one content block: its known fields, others skipped.

@@ -179,7 +179,15 @@ func chatOfMessages(b *messagesBody) ([]chatMessage, string) {
 		return nil, NoPrefixSystemShape
 	}
 
-	msgs := make([]chatMessage, 0, len(b.Messages)+1)
+	n := len(b.Messages) + 1 // each tool result is a message of its own
+	for i := range b.Messages {
+		for j := range b.Messages[i].Content.list {
+			if b.Messages[i].Content.list[j].Type.s == "tool_result" {
+				n++
+			}
+		}
+	}
+	msgs := make([]chatMessage, 0, n)
 	switch sys := &b.System; {
 	case sys.kind == shapeString && (sys.text != "" || sys.lit != nil): // an escape decodes to something
 		msgs = append(msgs, chatMessage{Role: textField("system"), Content: sys.content()})
@@ -219,8 +227,25 @@ func appendMessage(msgs []chatMessage, m *anthropicMessage) []chatMessage {
 	if m.Content.kind != shapeArray {
 		return append(msgs, chatMessage{Role: m.Role, Content: m.Content.content()})
 	}
+	// Sized first: a part is 432 bytes, and an agent's message has many.
+	nParts, nCalls := 0, 0
+	for i := range m.Content.list {
+		switch m.Content.list[i].Type.s {
+		case "tool_result":
+		case "tool_use":
+			nCalls++
+		default:
+			nParts++
+		}
+	}
 	var parts []contentPart
 	var calls []toolCall
+	if nParts > 0 {
+		parts = make([]contentPart, 0, nParts)
+	}
+	if nCalls > 0 {
+		calls = make([]toolCall, 0, nCalls)
+	}
 	results := 0
 	for i := range m.Content.list {
 		bl := &m.Content.list[i]

@@ -246,7 +246,7 @@ func (s *reader) tool(td *toolDef) bool {
 		case tName:
 			return s.textField(&td.Name)
 		case tDescription:
-			return s.textField(&td.Description)
+			return s.lazyText(&td.Description)
 		case tParameters:
 			return s.schema(&td.Parameters, &td.paramsTight)
 		case tInputSchema:
@@ -280,7 +280,7 @@ func (s *reader) function(f **function) bool {
 		case tName:
 			return s.textField(&fn.Name)
 		case tDescription:
-			return s.textField(&fn.Description)
+			return s.lazyText(&fn.Description)
 		case tParameters:
 			return s.schema(&fn.Parameters, &fn.tight)
 		}
@@ -346,9 +346,12 @@ func appendField(out []byte, p []byte) []byte {
 func appendText(out []byte, t *jsonText) []byte {
 	switch t.kind {
 	case shapeString:
-		v := t.str()
-		out = binary.LittleEndian.AppendUint64(out, uint64(len(v)))
-		return append(out, v...)
+		if t.raw != nil { // a lazy literal (reader.lazyText): decoded here
+			out = binary.LittleEndian.AppendUint64(out, uint64(t.n))
+			return appendUnquoted(out, t.raw)
+		}
+		out = binary.LittleEndian.AppendUint64(out, uint64(len(t.s)))
+		return append(out, t.s...)
 	case shapeOther:
 		return appendField(out, t.raw)
 	}

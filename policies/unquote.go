@@ -109,3 +109,26 @@ func (c *sink) writeUnquoted(lit []byte) {
 		c.Write(c.rune[:n])
 	}
 }
+
+// appendUnquoted appends the string literal lit (quotes included, valid
+// JSON) to out decoded as unquote decodes it, without building the
+// string: writeUnquoted for a byte slice (the canonical form of tools).
+func appendUnquoted(out, lit []byte) []byte {
+	s := lit[1 : len(lit)-1]
+	for {
+		i := bytes.IndexByte(s, '\\')
+		if i < 0 {
+			return append(out, s...)
+		}
+		out = append(out, s[:i]...)
+		s = s[i:]
+		if e := s[1]; e != 'u' {
+			out = append(out, unescaped[e])
+			s = s[2:]
+			continue
+		}
+		r, width, _ := jsonscan.Unicode(s, 0)
+		s = s[width:]
+		out = utf8.AppendRune(out, r)
+	}
+}

@@ -55,7 +55,7 @@ func FuzzUnquote(f *testing.F) {
 
 // TestWriteUnquotedMatchesUnquote proves rendering a literal straight into
 // the sink gives the blocks and byte count that rendering unquote's string
-// gives, on escapes of every kind (surrogate pairs, lone surrogates,
+// gives, and appendUnquoted unquote's bytes, on escapes of every kind (surrogate pairs, lone surrogates,
 // invalid UTF-8 left as it is) at every split of the blocks.
 func TestWriteUnquotedMatchesUnquote(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
@@ -78,6 +78,9 @@ func TestWriteUnquotedMatchesUnquote(t *testing.T) {
 		b.WriteString(want)
 		if a.total != b.total || !slices.Equal(a.blocks, b.blocks) || a.n != b.n || !bytes.Equal(a.buf, b.buf) {
 			t.Fatalf("writeUnquoted(%s): %d bytes, %v; unquote: %d bytes, %v", lit, a.total, a.blocks, b.total, b.blocks)
+		}
+		if got := appendUnquoted([]byte("x"), lit); string(got) != "x"+want {
+			t.Fatalf("appendUnquoted(%s) = %q, unquote %q", lit, got[1:], want)
 		}
 	}
 }

@@ -334,10 +334,10 @@ func StringEnd(b []byte, i int) (end int, esc, ok bool) {
 func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 	j := i + 1
 	escapes, shrink := 0, 0 // shrink: the bytes the escapes lose in decoding
-	// Keys and short values: eight bytes at a time, the first quote,
-	// backslash or control byte ends them sooner than the searches below
-	// get going.
-	for k := j; k+8 <= len(b) && k < j+32; k += 8 {
+	// Keys and short values (shortString): eight bytes at a time, the
+	// first quote, backslash or control byte ends them sooner than the
+	// searches below get going.
+	for k := j; k+8 <= len(b) && k < j+shortString; k += 8 {
 		m := firstSpecial(binary.LittleEndian.Uint64(b[k:]))
 		if m == 0 {
 			continue
@@ -595,6 +595,13 @@ func ctlBytes(x uint64) uint64 {
 func movemask(m uint64) uint64 {
 	return (m >> 7) * 0x0102040810204080 >> 56
 }
+
+// shortString is how far StringEndLen reads eight bytes at a time for the
+// first quote, backslash or control byte before its searches: far enough
+// for keys and for the tens-of-bytes values of a tool's schema (types,
+// property descriptions), whose three searches' calls cost more than
+// the words.
+const shortString = 128
 
 // nearEscape is how far StringEndLen looks, eight bytes at a time, past
 // an escape before the searches.
