@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/llmroute/caddy-llmroute/internal/agentbody"
 )
 
 // parseBoth checks the chat fast path against the general one
@@ -169,7 +171,7 @@ func TestFastChatMatchesGeneral(t *testing.T) {
 	cfg := ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64}
 	// Bodies it may decline (odd shapes, duplicates, case-folded keys,
 	// invalid JSON); where it accepts one it must still agree.
-	odd := checkFixedBodies(t, parseBoth, cfg, fastChatBodies, []string{
+	odd := checkFixedBodies(t, parseBoth, cfg, append(agentBodies(agentbody.Chat), fastChatBodies...), []string{
 		`{"model":"m","stream":1,"stream_options":{"include_usage":true,"include_usage":false},"messages":[{"role":"user","content":"x"}]}`,
 		`{"Model":"m","messages":[{"role":"user","content":"q"}]}`,
 		`{"model":"m","messages":[{"Role":"user","content":"q"}]}`,

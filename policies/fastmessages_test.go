@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -39,7 +40,7 @@ var fastMessagesBodies = []string{
 
 func TestFastMessagesMatchesGeneral(t *testing.T) {
 	cfg := ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64}
-	odd := checkFixedBodies(t, parseBothMessages, cfg, fastMessagesBodies, []string{
+	odd := checkFixedBodies(t, parseBothMessages, cfg, append(agentBodies(agentbody.Messages), fastMessagesBodies...), []string{
 		`{"Model":"m","messages":[{"role":"user","content":"q"}]}`,
 		`{"model":"m","messages":[{"Role":"user","content":"q"}]}`,
 		`{"model":"m","messages":[{"role":"user","content":[{"Type":"text","text":"q"}]}]}`,
@@ -183,6 +184,18 @@ func BenchmarkParseAgentBlocks(b *testing.B) {
 }
 func BenchmarkParseGeneralAgentBlocks(b *testing.B) {
 	benchmarkFastPath(b, pathMessages, fastMessages, agentBlocksBody(), false)
+}
+
+// agentBodies are agent bodies of build (agentbody.Messages or Chat):
+// agentSpec's, a smaller one with few tools, and that one indented (its
+// schemas are not tight: compacted for the tools' canonical form).
+func agentBodies(build func(agentbody.Spec) []byte) []string {
+	small := build(agentbody.Spec{Size: 6 << 10, Tools: 3, Tenant: 2, Seed: 9})
+	var indented bytes.Buffer
+	if err := json.Indent(&indented, small, "", "  "); err != nil {
+		panic(err)
+	}
+	return []string{string(build(agentSpec)), string(small), indented.String()}
 }
 
 // agentSpec is the agent body the fast paths are held to: 51 KiB, 40
