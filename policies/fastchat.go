@@ -41,6 +41,7 @@ func fastChat(body []byte, cfg ParseConfig) (*Request, bool) {
 	b.Messages = (*msgs)[:0]
 	defer func() {
 		b.release()
+		s.release()
 		clear(b.Messages) // it must not keep the body alive
 		if cap(b.Messages) <= 1024 {
 			*msgs = b.Messages[:0]
@@ -102,15 +103,50 @@ func (s *reader) content(c *content) bool {
 		*c = content{text: t, lit: lit, n: n, kind: shapeString}
 		return ok
 	case s.Peek() == '[':
-		parts := []contentPart{}
+		sb := s.scratch()
+		parts := sb.parts[:0]
 		ok := s.Array(func() bool {
 			parts = append(parts, contentPart{})
 			return s.part(&parts[len(parts)-1])
 		})
-		*c = content{parts: parts, kind: shapeArray}
+		*c = content{parts: append(sb.conv.partArena().take(len(parts)), parts...), kind: shapeArray}
+		clear(parts)
+		sb.parts = parts[:0]
 		return ok
 	}
 	return false
+}
+
+// scratchBufs hold what the fast paths read before they know its length
+// (the parts of a content, the calls of a message) and the arenas the
+// values then go to (copied at their length): nothing of them outlives a
+// parse, and all are pooled.
+type scratchBufs struct {
+	parts []contentPart
+	calls []toolCall
+	conv  convBufs
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratchBufs) }}
+
+// scratch returns the reader's scratchBufs, from the pool on first use.
+func (s *reader) scratch() *scratchBufs {
+	if s.scratchBufs == nil {
+		s.scratchBufs = scratchPool.Get().(*scratchBufs)
+	}
+	return s.scratchBufs
+}
+
+// release gives the reader's scratchBufs back to the pool.
+func (s *reader) release() {
+	sb := s.scratchBufs
+	if sb == nil {
+		return
+	}
+	s.scratchBufs = nil
+	if sb.conv.reset() && cap(sb.parts) <= 1024 && cap(sb.calls) <= 1024 {
+		scratchPool.Put(sb)
+	}
 }
 
 const (
@@ -180,7 +216,8 @@ func (s *reader) toolCalls(t *toolCalls) bool {
 	if s.Lit("null") {
 		return true
 	}
-	calls := []toolCall{}
+	sb := s.scratch()
+	calls := sb.calls[:0]
 	ok := s.Array(func() bool {
 		calls = append(calls, toolCall{})
 		tc := &calls[len(calls)-1]
@@ -195,10 +232,12 @@ func (s *reader) toolCalls(t *toolCalls) bool {
 				if i == 0 {
 					return s.textField(&tc.Function.Name)
 				}
-				return s.textField(&tc.Function.Arguments)
+				return s.lazyText(&tc.Function.Arguments)
 			})
 		})
 	})
-	t.calls = calls
+	t.calls = append(sb.conv.callArena().take(len(calls)), calls...)
+	clear(calls)
+	sb.calls = calls[:0]
 	return ok
 }

@@ -18,8 +18,9 @@ import (
 // expected, say) declines, and Parse falls back to the general path.
 type reader struct {
 	jsonscan.Scanner
-	b         []byte     // the Scanner's input, for the values a reader keeps
-	blockBufs *blockBufs // fastMessages' blocks
+	b           []byte       // the Scanner's input, for the values a reader keeps
+	blockBufs   *blockBufs   // fastMessages' blocks
+	scratchBufs *scratchBufs // see scratch
 }
 
 // newReader returns a reader at the start of b.

@@ -51,6 +51,7 @@ func fastMessages(body []byte, cfg ParseConfig) (*Request, bool) {
 		b.release()
 		s.blockBufs.msgs = b.Messages
 		s.blockBufs.release()
+		s.release()
 	}()
 	gotMsgs := false
 	ok := s.Object(messagesTop, func(i int) bool {
@@ -68,7 +69,7 @@ func fastMessages(body []byte, cfg ParseConfig) (*Request, bool) {
 	}
 	req := &Request{Endpoint: EndpointMessages}
 	fillCommon(req, &b.commonBody)
-	msgs, reason := chatOfMessages(&b)
+	msgs, reason := chatOfMessages(&b, &s.blockBufs.conv)
 	if reason != "" {
 		return nil, false
 	}
@@ -134,6 +135,7 @@ type blockBufs struct {
 	msgs   []anthropicMessage
 	stacks [maxBlockDepth][]block
 	arena  []block
+	conv   convBufs // the chat messages they convert into
 }
 
 var blockPool = sync.Pool{New: func() any { return &blockBufs{arena: make([]block, 0, 64)} }}
@@ -143,7 +145,7 @@ var blockPool = sync.Pool{New: func() any { return &blockBufs{arena: make([]bloc
 func (bb *blockBufs) release() {
 	clear(bb.arena)
 	clear(bb.msgs)
-	if cap(bb.arena) > 4096 || cap(bb.msgs) > 1024 {
+	if !bb.conv.reset() || cap(bb.arena) > 4096 || cap(bb.msgs) > 1024 {
 		return
 	}
 	bb.arena, bb.msgs = bb.arena[:0], bb.msgs[:0]
@@ -163,7 +165,11 @@ func (s *reader) block(bl *block, depth int) bool {
 		case bName:
 			return s.textField(&bl.Name)
 		case bInput:
-			return s.rawValue(&bl.Input)
+			v, tight, ok := s.SkipTight()
+			if ok && !isNull(v) {
+				bl.Input, bl.inputTight = v, tight
+			}
+			return ok
 		case bToolUseID:
 			return s.textField(&bl.ToolUseID)
 		case bContent:

@@ -43,7 +43,10 @@ var (
 func fastResponses(body []byte, cfg ParseConfig) (*Request, bool) {
 	s := newReader(body)
 	var b responsesBody
-	defer b.release()
+	defer func() {
+		b.release()
+		s.release()
+	}()
 	var input *jsonText // the input when it is a string
 	gotInput := false
 	ok := s.Object(responsesTop, func(i int) bool {
@@ -124,7 +127,7 @@ func (s *reader) items(out *[]responseItem) bool {
 			case iCallID:
 				return s.textField(&it.CallID)
 			case iArguments:
-				return s.textField(&it.Arguments)
+				return s.lazyText(&it.Arguments)
 			case iOutput:
 				return s.lazyText(&it.Output)
 			case iSummary:

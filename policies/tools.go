@@ -205,6 +205,7 @@ func (c *commonBody) release() {
 // description, type or function of another JSON type than expected, all
 // of which toolsSlow reads.
 func (s *reader) readTools(out []byte) (n int, _ []byte, ok bool) {
+	var fn function // every tool's function in turn: appendTo is done with it
 	ok = s.Array(func() bool {
 		n++
 		if s.Peek() != '{' {
@@ -214,7 +215,7 @@ func (s *reader) readTools(out []byte) (n int, _ []byte, ok bool) {
 		}
 		start := s.Pos()
 		var td toolDef
-		if !s.tool(&td) {
+		if !s.tool(&td, &fn) {
 			return false
 		}
 		out = td.appendTo(out, s.b[start:s.Pos()])
@@ -237,8 +238,8 @@ var (
 	functionNames = []string{tName: "name", tDescription: "description", tParameters: "parameters"}
 )
 
-// tool reads one tool object into td.
-func (s *reader) tool(td *toolDef) bool {
+// tool reads one tool object into td, its function (if any) into fn.
+func (s *reader) tool(td *toolDef, fn *function) bool {
 	return s.Object(toolNames, func(i int) bool {
 		switch i {
 		case tType:
@@ -252,7 +253,7 @@ func (s *reader) tool(td *toolDef) bool {
 		case tInputSchema:
 			return s.schema(&td.InputSchema, &td.inputTight)
 		case tFunction:
-			return s.function(&td.Function)
+			return s.function(&td.Function, fn)
 		}
 		return false
 	})
@@ -268,12 +269,13 @@ func (s *reader) schema(r *rawField, tight *bool) bool {
 	return ok
 }
 
-// function reads chat's function object (or null).
-func (s *reader) function(f **function) bool {
+// function reads chat's function object (or null) into fn, and points f
+// at it.
+func (s *reader) function(f **function, fn *function) bool {
 	if s.Lit("null") {
 		return true
 	}
-	fn := &function{}
+	*fn = function{}
 	*f = fn
 	return s.Object(functionNames, func(i int) bool {
 		switch i {
