@@ -201,8 +201,8 @@ func (s *Scanner) key(names []string) (string, int, bool) {
 // of them but for case, which encoding/json would match to that field.
 func MatchName(key string, names []string) (i int, ok bool) {
 	for i, n := range names {
-		if len(n) != len(key) {
-			continue // ASCII: no fold changes a length
+		if len(n) != len(key) || len(n) > 0 && key[0]|0x20 != n[0]|0x20 {
+			continue // ASCII: no fold changes a length, nor a first byte but for 0x20
 		}
 		if key == n {
 			return i, true

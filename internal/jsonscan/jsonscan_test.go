@@ -555,3 +555,43 @@ func TestStringLen(t *testing.T) {
 		}
 	}
 }
+
+// TestMatchNameFolds checks MatchName against strings.EqualFold on keys
+// and names of bytes that fold, bytes 0x20 apart that do not ('@' and
+// '`', '[' and '{'), and others.
+func TestMatchNameFolds(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	const alphabet = "aAbBzZ@`[{_-0 "
+	word := func() string {
+		b := make([]byte, 1+r.IntN(3))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	declined := 0
+	for range 20000 {
+		names := []string{word(), word(), word()}
+		key := word()
+		wantI, wantOK := -1, true
+		for i, n := range names {
+			if key == n {
+				wantI = i
+				break
+			}
+			if strings.EqualFold(key, n) {
+				wantI, wantOK = -1, false
+				break
+			}
+		}
+		if i, ok := MatchName(key, names); i != wantI || ok != wantOK {
+			t.Fatalf("MatchName(%q, %q) = %d, %v; want %d, %v", key, names, i, ok, wantI, wantOK)
+		}
+		if !wantOK {
+			declined++
+		}
+	}
+	if declined != 265 {
+		t.Errorf("%d keys declined, want 265", declined)
+	}
+}
