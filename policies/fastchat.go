@@ -124,6 +124,7 @@ func (s *reader) content(c *content) bool {
 type scratchBufs struct {
 	parts []contentPart
 	calls []toolCall
+	items []responseItem // fastResponses' input
 	conv  convBufs
 }
 
@@ -144,7 +145,8 @@ func (s *reader) release() {
 		return
 	}
 	s.scratchBufs = nil
-	if sb.conv.reset() && cap(sb.parts) <= 1024 && cap(sb.calls) <= 1024 {
+	clear(sb.items)
+	if sb.conv.reset() && cap(sb.parts) <= 1024 && cap(sb.calls) <= 1024 && cap(sb.items) <= 1024 {
 		scratchPool.Put(sb)
 	}
 }

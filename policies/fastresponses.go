@@ -45,6 +45,12 @@ func fastResponses(body []byte, cfg ParseConfig) (*Request, bool) {
 	var b responsesBody
 	defer func() {
 		b.release()
+		if sb := s.scratchBufs; sb != nil {
+			clear(b.Input) // the pool must not keep the body alive
+			if cap(b.Input) > cap(sb.items) {
+				sb.items = b.Input[:0] // it grew: keep it
+			}
+		}
 		s.release()
 	}()
 	var input *jsonText // the input when it is a string
@@ -108,7 +114,7 @@ func (s *reader) items(out *[]responseItem) bool {
 	if s.Peek() != '[' {
 		return false // null, or another shape: the general path
 	}
-	list := []responseItem{}
+	list := s.scratch().items[:0] // pooled: the items do not outlive the parse
 	ok := s.Array(func() bool {
 		list = append(list, responseItem{})
 		it := &list[len(list)-1]
