@@ -23,7 +23,8 @@ import (
 // alike.
 //
 // Coding agents send tens of kilobytes of tools with every request, so the
-// canonical form is read in one scan (toolsFast); anything that scan does
+// fast paths read the canonical form as they meet the tools (readTools),
+// and toolsFast reads it in one scan otherwise; anything that scan does
 // not read exactly as encoding/json would falls back to the decoder.
 
 // Markers that start each tool's canonical form, so that a function tool
