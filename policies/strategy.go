@@ -6,6 +6,65 @@ import (
 	"strings"
 )
 
+// Reason names the rule a strategy picked a replica by (prefix_load's
+// rules; see prefixLoad), for logs and metrics.
+type Reason string
+
+// The reasons prefix_load gives.
+const (
+	ReasonLeastLoad  Reason = "least_load" // no keys: the least-loaded replica
+	ReasonHistory    Reason = "history"    // its own history is resident there
+	ReasonHot        Reason = "hot"        // a hot prefix spilled past the bound
+	ReasonLeading    Reason = "leading"    // its shared leading run is there
+	ReasonHome       Reason = "home"       // its recorded home
+	ReasonDetour     Reason = "detour"     // its place had too much prefill queued
+	ReasonLoad       Reason = "load"       // a new prefix, placed by load
+	ReasonRendezvous Reason = "rendezvous" // a new prefix at its rendezvous home
+	ReasonClaimed    Reason = "claimed"    // a new prefix another router placed
+)
+
+// Reasoner is a Strategy that says which rule made each pick.
+type Reasoner interface {
+	// PickReason is Pick, with the rule that decided ("" for -1).
+	PickReason(keys Keys, replicas []Replica) (int, Reason)
+}
+
+// Strategy picks a replica for one request. Implementations are safe for
+// concurrent use and deterministic given their seed.
+type Strategy interface {
+	// Name is the strategy's configuration name, e.g. "prefix_load".
+	Name() string
+	// Pick returns the index in replicas of the chosen replica, which is
+	// always Free, or -1 when no replica is Free. keys may be empty.
+	Pick(keys Keys, replicas []Replica) int
+}
+
+// Successor is a Strategy that can take over what another learned while
+// routing the same replicas (a reload's new configuration replacing the
+// old one's). Inherit reports whether it took anything from prev, which may
+// be any Strategy; it is called before the successor's first Pick.
+type Successor interface {
+	Inherit(prev Strategy) bool
+}
+
+// CheckObserver is a Strategy that learns from the engines' reports: the
+// caller passes it each prediction checked against the cached tokens an
+// engine reported (Belief.Check's input and verdict), for requests it
+// routed.
+type CheckObserver interface {
+	Observe(c Check, result CheckResult)
+}
+
+// PeerSensor is a Strategy that tells whether it treats the replicas as
+// shared with other routers (configured, or inferred from the engines),
+// and whether it now sends new prefixes to their rendezvous home (with
+// peers and no Directory, unless its traffic has shared nothing for
+// Options.UniqueRun requests).
+type PeerSensor interface {
+	Peers() bool
+	HomesNewPrefixes() bool
+}
+
 // Default strategy knobs. They were measured in the simulator and end to
 // end (docs/experiments.md has the figures); they are not Caddyfile
 // directives, since no deployment needs other values, and the lab varies

@@ -126,7 +126,7 @@ func (o *streamOptions) UnmarshalJSON(data []byte) error {
 }
 
 // rawField keeps a field's raw JSON, treating null as absent. Tools are
-// kept so, and hashed into the leading key in a canonical form (tools.go).
+// kept so, and hashed into the leading key in a canonical form (toolkey.go).
 type rawField []byte
 
 func (r *rawField) UnmarshalJSON(data []byte) error {
