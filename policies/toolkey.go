@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/llmroute/caddy-llmroute/internal/jsonscan"
 )
 
 // Tools hash into the leading key in one canonical form, whichever API
@@ -160,13 +162,20 @@ func toolsFast(out []byte, raw []byte) (n int, _ []byte, ok bool) {
 }
 
 // toolsValue reads a tools (or functions) value into r and, when
-// readTools reads it, its canonical form into f, so that the keys need
-// not scan it again; a value readTools declines is only validated, and
-// toolsCanonical reads it by the decoder.
+// readTools reads it (or toolsCache has it), its canonical form into f,
+// so that the keys need not scan it again; a value readTools declines is
+// only validated, and toolsCanonical reads it by the decoder.
 func (s *reader) toolsValue(r *rawField, f *toolsForm) bool {
 	s.WS()
 	start := s.Pos()
 	if s.Peek() == '[' {
+		slot := toolsBucketOf(s.b, start)
+		if e := cachedTools(slot, s.b, start); e != nil {
+			s.Scanner = jsonscan.At(s.b, start+len(e.raw))
+			*r = s.b[start:s.Pos()]
+			*f = toolsForm{n: e.n, b: e.canon, ok: true}
+			return true
+		}
 		t := *s
 		buf := toolBufs.Get().(*[]byte)
 		if n, out, ok := t.readTools((*buf)[:0]); ok {
@@ -174,6 +183,7 @@ func (s *reader) toolsValue(r *rawField, f *toolsForm) bool {
 			*r = s.b[start:s.Pos()]
 			*buf = out
 			*f = toolsForm{n: n, b: out, ok: true, pooled: buf}
+			rememberTools(slot, *r, out, n)
 			return true
 		}
 		toolBufs.Put(buf)
