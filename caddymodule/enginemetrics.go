@@ -32,8 +32,8 @@ var (
 	waitingNames = []string{"vllm:num_requests_waiting", "sglang:num_queue_reqs", "sglang_num_queue_reqs", "llamacpp:requests_deferred"}
 	runningNames = []string{"vllm:num_requests_running", "sglang:num_running_reqs", "sglang_num_running_reqs", "llamacpp:requests_processing"}
 	kvNames      = []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage", "sglang_token_usage"}
-	queryNames   = []string{"vllm:prefix_cache_queries", "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries", "vllm:gpu_prefix_cache_queries_total", "sglang:prompt_tokens_total", "sglang:prompt_tokens"}
-	hitNames     = []string{"vllm:prefix_cache_hits", "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits", "vllm:gpu_prefix_cache_hits_total", "sglang:cached_tokens_total", "sglang:cached_tokens"}
+	queryNames   = []string{"vllm:prefix_cache_queries", "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries", "vllm:gpu_prefix_cache_queries_total", "sglang:prompt_tokens_total", "sglang:prompt_tokens", "llamacpp:prompt_tokens_total"}
+	hitNames     = []string{"vllm:prefix_cache_hits", "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits", "vllm:gpu_prefix_cache_hits_total", "sglang:cached_tokens_total", "sglang:cached_tokens", "llamacpp:prompt_tokens_cached_total"}
 	// tokenCapacityNames are KV capacities counted in tokens.
 	tokenCapacityNames = []string{"sglang:max_total_num_tokens", "sglang_max_total_num_tokens"}
 )

@@ -195,7 +195,7 @@ func TestSimreplicaMatchesEngineFixtures(t *testing.T) {
 	}{
 		{simreplica.VLLM, "vllm_dp2.metrics", 2, 2, ""},
 		{simreplica.SGLang, "sglang_tp2_pp2.metrics", 0, 1, ""},
-		{simreplica.LlamaCpp, "llamacpp.metrics", 0, 1, "sk-llama"},
+		{simreplica.LlamaCpp, "llamacpp/metrics.txt", 0, 1, "sk-llama"},
 	} {
 		t.Run(string(c.p), func(t *testing.T) {
 			s, err := simreplica.New(simreplica.Config{Personality: c.p, DataParallel: c.dp, APIKey: c.key, Engine: simengine.DefaultConfig()})
