@@ -97,14 +97,28 @@ func TestTenReloadsUnderStreamingLoad(t *testing.T) {
 	waitFor(t, "streams in flight", func() bool { return r.state().TotalInFlight > 0 })
 	strategies := []string{"least_load", "prefix_load", "round_robin", "prefix_affinity"}
 	adminURL := fmt.Sprintf("http://127.0.0.1:%d/id/llm_policy/strategy", r.admin)
+	// Every reload lands on streams in flight. The first half meets the
+	// streams admitted under the first config; before the second half a
+	// request sent after the first half must have reached a replica (a
+	// request reaches one at most once, so more receipts than requests
+	// sent until then prove it), so that streams admitted under a
+	// reloaded config are carried over too. (The workers' streams run in
+	// step, so a new request comes about once per stream length: waiting
+	// for one before every reload would multiply the test's time.)
 	for i := range 10 {
+		sentBefore := int64(-1)
+		if i == 5 {
+			sentBefore = sent.Load()
+		}
+		waitFor(t, "streams in flight", func() bool {
+			return a.total.Load()+b.total.Load() > sentBefore && r.state().TotalInFlight > 0
+		})
 		req, _ := http.NewRequest(http.MethodPatch, adminURL, bytes.NewReader([]byte(`"`+strategies[i%len(strategies)]+`"`)))
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		resp.Body.Close()
 		require.Equal(t, 200, resp.StatusCode, "reload %d", i)
-		time.Sleep(150 * time.Millisecond)
 	}
 	close(stop)
 	wg.Wait()
