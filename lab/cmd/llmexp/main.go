@@ -137,7 +137,7 @@ func run(args []string, logw io.Writer) error {
 		e2eWorkloads = strings.Split(*e2eW, ",")
 	}
 	e2eRun := func() error {
-		cfg := e2e.Config{Caddy: *caddy, Quick: *quick, Seed: *seed, Duration: *e2eS, Progress: logw, Commit: suite.GitCommit()}
+		cfg := e2e.Config{Caddy: *caddy, Quick: *quick, Seed: *seed, Duration: *e2eS, Progress: logw, Commit: suite.GitCommit(), Trace: *trc}
 		cfg.Routers, cfg.Workloads = e2eRouters, e2eWorkloads
 		if *e2eP != "" {
 			if cfg.Policies, err = e2e.PoliciesNamed(strings.Split(*e2eP, ",")); err != nil {
