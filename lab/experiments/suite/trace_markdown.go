@@ -29,15 +29,20 @@ func TraceMarkdown(rec *TraceRecord) string {
 	for _, c := range rec.Cases {
 		fmt.Fprintf(&b, "\n## %s\n\nTTFT in ms; load: requests of the most and least loaded replica. Plots: `plots/trace_cdf_%s.png`, `plots/trace_hit_%s.png` (first seed).\n\n",
 			c.Label(), c.file(), c.file())
-		b.WriteString("| routers | policy | seed | hit rate | hit / bound | TTFT p50 | TTFT p90 | TTFT p99 | load max / min |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString("| routers | policy | seed | hit rate | hit / bound | TTFT p50 | TTFT p90 | TTFT p99 | load max / min | agreement first / second (keys) |\n" +
+			"|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, n := range TraceRouterCounts {
 			for _, p := range tracePolicyOrder {
 				for _, pt := range rec.Points {
 					if pt.Workload != c.Label() || pt.Routers != n || pt.Policy != p {
 						continue
 					}
-					fmt.Fprintf(&b, "| %d | %s | %d | %.3f | %.3f | %.0f | %.0f | %.0f | %d / %d |\n", n, p, pt.Seed, pt.TokenHitRate, pt.TokenHitRate/pt.Bound,
-						pt.TTFTP50Ms, pt.TTFTP90Ms, pt.TTFTP99Ms, pt.LoadMax, pt.LoadMin)
+					agree := ""
+					if pt.AgreementKeys > 0 {
+						agree = fmt.Sprintf("%.3f / %.3f (%d)", pt.Agreement, pt.SecondAgreement, pt.AgreementKeys)
+					}
+					fmt.Fprintf(&b, "| %d | %s | %d | %.3f | %.3f | %.0f | %.0f | %.0f | %d / %d | %s |\n", n, p, pt.Seed, pt.TokenHitRate, pt.TokenHitRate/pt.Bound,
+						pt.TTFTP50Ms, pt.TTFTP90Ms, pt.TTFTP99Ms, pt.LoadMax, pt.LoadMin, agree)
 				}
 			}
 		}
@@ -93,6 +98,107 @@ func traceChainMarkdown(rec *TraceRecord) string {
 		for _, c := range rec.ParseCost {
 			fmt.Fprintf(&b, "| %d | %d | %s | %d | %.1f | %.1f | %d | %.2f |\n", c.PromptTokens, c.BodyBytes>>10, c.Chain, c.Blocks, c.ParseNs/1000,
 				float64(c.ParseBytes)/1024, c.ParseAllocs, c.MatchNs/1000)
+		}
+	}
+	return b.String()
+}
+
+// traceSeeds joins one figure of the points matching keep, in seed order.
+func traceSeeds(rec *TraceRecord, pts []TracePoint, keep func(TracePoint) bool, f func(TracePoint) string) string {
+	var vs []string
+	for _, s := range rec.Seeds {
+		for _, p := range pts {
+			if p.Seed == s && keep(p) {
+				vs = append(vs, f(p))
+			}
+		}
+	}
+	return strings.Join(vs, " / ")
+}
+
+// TraceSummaryTable is the docs' table of the trace record: per case and
+// router count, every policy's hit rate, TTFT p50 and p99 and load max /
+// min, each seed's figure in seed order.
+func TraceSummaryTable(rec *TraceRecord) string {
+	var b strings.Builder
+	b.WriteString("| case | routers | policy | hit rate | TTFT p50 ms | TTFT p99 ms | load max / min |\n|---|---:|---|---:|---:|---:|---:|\n")
+	for _, c := range rec.Cases {
+		for _, n := range TraceRouterCounts {
+			for _, p := range tracePolicyOrder {
+				keep := func(pt TracePoint) bool { return pt.Workload == c.Label() && pt.Routers == n && pt.Policy == p }
+				hit := traceSeeds(rec, rec.Points, keep, func(pt TracePoint) string { return fmt.Sprintf("%.3f", pt.TokenHitRate) })
+				if hit == "" {
+					continue
+				}
+				fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s |\n", c.Label(), n, p, hit,
+					traceSeeds(rec, rec.Points, keep, func(pt TracePoint) string { return Thousands(pt.TTFTP50Ms) }),
+					traceSeeds(rec, rec.Points, keep, func(pt TracePoint) string { return Thousands(pt.TTFTP99Ms) }),
+					traceSeeds(rec, rec.Points, keep, func(pt TracePoint) string { return fmt.Sprintf("%d/%d", pt.LoadMax, pt.LoadMin) }))
+			}
+		}
+	}
+	return b.String()
+}
+
+// TraceGoalsTable is the docs' table of issue 39's goals: per case, router
+// count and goal, each seed's value in seed order, in bold where missed.
+func TraceGoalsTable(rec *TraceRecord) string {
+	type row struct {
+		c    string
+		n    int
+		name string
+	}
+	var order []row
+	vals := map[row][]string{}
+	for _, g := range rec.Goals {
+		k := row{g.Workload, g.Routers, g.Name}
+		if _, ok := vals[k]; !ok {
+			order = append(order, k)
+		}
+		v := fmt.Sprintf("%.3f", g.Value)
+		if !g.Met {
+			v = "**" + v + "**"
+		}
+		vals[k] = append(vals[k], v)
+	}
+	var b strings.Builder
+	b.WriteString("| case | routers | goal | need | per seed |\n|---|---:|---|---|---|\n")
+	for _, k := range order {
+		need := ""
+		for _, g := range rec.Goals {
+			if g.Workload == k.c && g.Routers == k.n && g.Name == k.name {
+				need = g.Need
+				break
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s |\n", k.c, k.n, k.name, need, strings.Join(vals[k], " / "))
+	}
+	return b.String()
+}
+
+// TraceChainTable is the docs' table of the chain caps: per case and
+// chain, prefix_load's hit rate and its ratio to the oracle's, per seed.
+func TraceChainTable(rec *TraceRecord) string {
+	var b strings.Builder
+	b.WriteString("| case | chain | reach | hit rate | hit / oracle |\n|---|---|---:|---:|---:|\n")
+	for _, c := range rec.Cases {
+		for _, cc := range TraceChainCaps {
+			keep := func(pt TracePoint) bool {
+				return pt.Workload == c.Label() && pt.BlockBytes == cc.BlockBytes && pt.MaxBlocks == cc.MaxBlocks
+			}
+			hit := traceSeeds(rec, rec.Chain, keep, func(pt TracePoint) string { return fmt.Sprintf("%.3f", pt.TokenHitRate) })
+			if hit == "" {
+				continue
+			}
+			ratio := traceSeeds(rec, rec.Chain, keep, func(pt TracePoint) string {
+				for _, p := range rec.Points {
+					if p.Workload == pt.Workload && p.Seed == pt.Seed && p.Routers == 1 && p.Policy == "oracle" && p.TokenHitRate > 0 {
+						return fmt.Sprintf("%.3f", pt.TokenHitRate/p.TokenHitRate)
+					}
+				}
+				return "-"
+			})
+			fmt.Fprintf(&b, "| %s | %s | %d KiB | %s | %s |\n", c.Label(), cc.Label(), cc.BlockBytes*cc.MaxBlocks>>10, hit, ratio)
 		}
 	}
 	return b.String()
