@@ -753,6 +753,9 @@ var goalPolicies = []string{"prefix_load", "prefix_load peers none", directoryPo
 func Goals(rec *Record) map[string][]suite.Goal {
 	points := make([]suite.SweepPoint, 0, len(rec.Runs))
 	for _, r := range rec.Runs {
+		if r.Workload == workload.Trace {
+			continue // issue 39's goals (TraceGoals)
+		}
 		p := r.Result
 		points = append(points, suite.SweepPoint{Workload: r.Workload, Policy: r.Policy, Routers: r.Routers, TokenHitRate: p.TokenHitRate,
 			TTFTP50Ms: p.TTFT.P50, TTFTP90Ms: p.TTFT.P90, TTFTP99Ms: p.TTFT.P99, Agreement: p.Agreement, AgreementKeys: p.AgreementKeys})
