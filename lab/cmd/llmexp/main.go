@@ -11,6 +11,7 @@
 //	go run ./cmd/llmexp routers        # every workload with 2, 4 and 8 routers, and the goals
 //	go run ./cmd/llmexp mixed_sweep    # mixed traffic from 0 to 100% unique documents
 //	go run ./cmd/llmexp trace          # replay a Mooncake-format trace: trace.json, trace.md, plots
+//	go run ./cmd/llmexp trace_variants # prefix_load variants on the trace's several-router misses
 //	go run ./cmd/llmexp e2e            # caddy + simulated replicas over loopback
 //	go run ./cmd/llmexp e2e_seeds      # the e2e scenario in the simulator, 8 seeds x 120 s
 //	go run ./cmd/llmexp plots          # redraw plots and summary.md from the records, then the docs' tables
@@ -63,6 +64,7 @@ commands:
   mixed_sweep         the mixed workload's unique share from 0 to 1, one and eight routers, per seed
   trace               replay a Mooncake-format trace (-trace) on the simulator: every policy, 8 and 16 replicas x KV 0.25x and 1x,
                       1, 2 and 4 routers, the chain caps and the keys' cost per prompt size: trace.json, trace.md, plots
+  trace_variants      prefix_load with four routers at KV 0.25x of the trace, one rule or the chain changed: trace_variants.json, .md
   e2e                 real caddy + simulated replicas over loopback: e2e.json
   e2e_seeds           the e2e scenario in the simulator only, per seed (-e2e-seeds, -e2e-duration, default 8 x 120s): e2e_seeds.json, e2e_seeds.md
   plots               redraw every plot, summary.md, goals.md, routers.md, mixed_sweep.md and variants.md from the records,
@@ -237,6 +239,14 @@ func run(args []string, logw io.Writer) error {
 			rec.ParseCost = suite.MeasureParseCost(suite.ParseCostSizes, suite.TraceChainCaps)
 		}
 		return suite.WriteTrace(dir, rec)
+	case cmd == "trace_variants":
+		tc := suite.TraceConfig{Path: *trc}
+		tc.Options.Requests, tc.Options.BlockTokens, tc.Options.SystemBlocks = *trcN, *trcB, *trcS
+		rec, err := suite.RunTraceVariants(o, tc)
+		if err != nil {
+			return err
+		}
+		return suite.WriteTraceVariants(dir, rec)
 	case cmd == "e2e":
 		return e2eRun()
 	case cmd == "e2e_seeds":
@@ -272,7 +282,7 @@ func run(args []string, logw io.Writer) error {
 		return rewriteDocs(*docs, dir, logw)
 	default:
 		fs.Usage()
-		return fmt.Errorf("unknown command %q (valid: all, standard, %s, sweep, kv_sweep, load_sweep, scale, residency, variants, routers, mixed_sweep, trace, e2e, e2e_seeds, plots, docs)",
+		return fmt.Errorf("unknown command %q (valid: all, standard, %s, sweep, kv_sweep, load_sweep, scale, residency, variants, routers, mixed_sweep, trace, trace_variants, e2e, e2e_seeds, plots, docs)",
 			cmd, strings.Join(workload.Kinds, ", "))
 	}
 }

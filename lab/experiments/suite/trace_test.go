@@ -74,3 +74,20 @@ func TestTraceGoals(t *testing.T) {
 		t.Errorf("markdown does not count the misses:\n%s", md)
 	}
 }
+
+func TestTraceVariantsMarkdownRatios(t *testing.T) {
+	c := TraceCase{Replicas: 8, KVShare: 0.25}
+	pt := func(routers int, seed uint64, name string, hit float64) TracePoint {
+		return TracePoint{SweepPoint: SweepPoint{Workload: c.Label(), Policy: name, Routers: routers, Seed: seed, TokenHitRate: hit}}
+	}
+	rec := &TraceVariantsRecord{Seeds: []uint64{1, 2}, Cases: []TraceCase{c}, Points: []TracePoint{
+		pt(1, 1, "prefix_load", 0.4), pt(1, 2, "prefix_load", 0.5),
+		pt(TraceVariantRouters, 1, "cold_choices 1", 0.36), pt(TraceVariantRouters, 2, "cold_choices 1", 0.4),
+	}}
+	md := TraceVariantsMarkdown(rec)
+	// 0.36/0.4 meets 0.85, 0.4/0.5 misses: each seed against its own
+	// one-router figure.
+	if want := "| 8 replicas, KV 0.25x | cold_choices 1 | 0.360 / 0.400 | 0.900 / **0.800** |"; !strings.Contains(md, want) {
+		t.Errorf("want a row starting %q in:\n%s", want, md)
+	}
+}
