@@ -25,14 +25,17 @@ type TraceVariant struct {
 
 // TraceVariants are the configurations compared: as shipped, the cold
 // rule of always the rendezvous home within the cold bound (cold_choices
-// 1), the peer rule's unique-traffic gate off (unique_run -1), a
-// 1,024-block chain, and both of the last two changes at once.
+// 1), the peer rule's unique-traffic gate off (unique_run -1), a looser
+// slack for a new prefix's rendezvous home (cold_slack 4), no detours, a
+// 1,024-block chain, and the chain without detours.
 var TraceVariants = []TraceVariant{
 	{Name: "prefix_load"},
 	{Name: "cold_choices 1", Options: policies.Options{ColdChoices: 1}},
 	{Name: "unique_run -1", Options: policies.Options{UniqueRun: -1}},
+	{Name: "cold_slack 4", Options: policies.Options{ColdSlack: 4}},
+	{Name: "no detours", Options: policies.Options{DetourSlack: 1e6}},
 	{Name: "max_blocks 1024", MaxBlocks: 1024},
-	{Name: "max_blocks 1024, cold_choices 1", Options: policies.Options{ColdChoices: 1}, MaxBlocks: 1024},
+	{Name: "max_blocks 1024, no detours", Options: policies.Options{DetourSlack: 1e6}, MaxBlocks: 1024},
 }
 
 // TraceVariantRouters is the router count the variants run with.
