@@ -10,6 +10,8 @@
 //	go run ./cmd/llmexp variants       # candidate cold rules for prefix_load
 //	go run ./cmd/llmexp routers        # every workload with 2, 4 and 8 routers, and the goals
 //	go run ./cmd/llmexp mixed_sweep    # mixed traffic from 0 to 100% unique documents
+//	go run ./cmd/llmexp trace          # replay a Mooncake-format trace: trace.json, trace.md, plots
+//	go run ./cmd/llmexp trace_variants # prefix_load variants on the trace's several-router misses
 //	go run ./cmd/llmexp e2e            # caddy + simulated replicas over loopback
 //	go run ./cmd/llmexp e2e_seeds      # the e2e scenario in the simulator, 8 seeds x 120 s
 //	go run ./cmd/llmexp plots          # redraw plots and summary.md from the records, then the docs' tables
@@ -60,6 +62,9 @@ commands:
   routers             every workload at the standard point with 2, 4 and 8 routers: routers.json, routers.md
                       (with standard.json: goals.json, goals.md)
   mixed_sweep         the mixed workload's unique share from 0 to 1, one and eight routers, per seed
+  trace               replay a Mooncake-format trace (-trace) on the simulator: every policy, 8 and 16 replicas x KV 0.25x and 1x,
+                      1, 2 and 4 routers, the chain caps and the keys' cost per prompt size: trace.json, trace.md, plots
+  trace_variants      prefix_load with four routers at KV 0.25x of the trace, one rule or the chain changed: trace_variants.json, .md
   e2e                 real caddy + simulated replicas over loopback: e2e.json
   e2e_seeds           the e2e scenario in the simulator only, per seed (-e2e-seeds, -e2e-duration, default 8 x 120s): e2e_seeds.json, e2e_seeds.md
   plots               redraw every plot, summary.md, goals.md, routers.md, mixed_sweep.md and variants.md from the records,
@@ -72,6 +77,9 @@ flags:
 
 // defaultOut is the results directory of the committed records.
 const defaultOut = "experiments/results"
+
+// defaultTrace is the Mooncake synthetic trace, beside the checkout.
+const defaultTrace = "../../shared/traces/mooncake_synthetic_trace.jsonl"
 
 func main() {
 	if err := run(os.Args[1:], os.Stderr); err != nil {
@@ -99,6 +107,10 @@ func run(args []string, logw io.Writer) error {
 		e2eN  = fs.Int("e2e-seeds", 8, "e2e_seeds: seeds 1..n")
 		e2eP  = fs.String("e2e-policies", "", "e2e: comma-separated policy names (default every one: round_robin, least_load, prefix_affinity, prefix_load, \"prefix_load cold_choices 1\", \"prefix_load homes_directory\" when a server is installed)")
 		e2eO  = fs.String("e2e-record", "e2e", "e2e: the record's file name, without .json and .md")
+		trc   = fs.String("trace", defaultTrace, "trace, e2e with -e2e-workloads trace: the Mooncake-format trace file")
+		trcN  = fs.Int("trace-requests", 0, "trace: replay only the first n requests (default all; 1500 with -quick)")
+		trcB  = fs.Int("trace-block-tokens", 0, "trace: engine tokens per 512-token trace block (default 512: the trace's own size)")
+		trcS  = fs.Int("trace-system-blocks", 0, "trace: leading blocks sent as the system message (default 0: the whole prompt is the user message)")
 		docs  = fs.String("docs", "../docs", "docs, plots: the docs directory whose generated tables are rewritten from the records (with the README.md beside it)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -127,7 +139,7 @@ func run(args []string, logw io.Writer) error {
 		e2eWorkloads = strings.Split(*e2eW, ",")
 	}
 	e2eRun := func() error {
-		cfg := e2e.Config{Caddy: *caddy, Quick: *quick, Seed: *seed, Duration: *e2eS, Progress: logw, Commit: suite.GitCommit()}
+		cfg := e2e.Config{Caddy: *caddy, Quick: *quick, Seed: *seed, Duration: *e2eS, Progress: logw, Commit: suite.GitCommit(), Trace: *trc}
 		cfg.Routers, cfg.Workloads = e2eRouters, e2eWorkloads
 		if *e2eP != "" {
 			if cfg.Policies, err = e2e.PoliciesNamed(strings.Split(*e2eP, ",")); err != nil {
@@ -215,6 +227,26 @@ func run(args []string, logw io.Writer) error {
 			return err
 		}
 		return suite.WriteResidency(dir, rec)
+	case cmd == "trace":
+		tc := suite.TraceConfig{Path: *trc}
+		tc.Options.Requests, tc.Options.BlockTokens, tc.Options.SystemBlocks = *trcN, *trcB, *trcS
+		rec, err := suite.RunTrace(o, tc)
+		if err != nil {
+			return err
+		}
+		if !*quick {
+			fmt.Fprintln(logw, "llmexp: timing the keys at 8K, 32K and 128K-token prompts per chain")
+			rec.ParseCost = suite.MeasureParseCost(suite.ParseCostSizes, suite.TraceChainCaps)
+		}
+		return suite.WriteTrace(dir, rec)
+	case cmd == "trace_variants":
+		tc := suite.TraceConfig{Path: *trc}
+		tc.Options.Requests, tc.Options.BlockTokens, tc.Options.SystemBlocks = *trcN, *trcB, *trcS
+		rec, err := suite.RunTraceVariants(o, tc)
+		if err != nil {
+			return err
+		}
+		return suite.WriteTraceVariants(dir, rec)
 	case cmd == "e2e":
 		return e2eRun()
 	case cmd == "e2e_seeds":
@@ -235,6 +267,9 @@ func run(args []string, logw io.Writer) error {
 		if err := suite.Replot(dir); err != nil {
 			return err
 		}
+		if err := suite.ReplotTrace(dir); err != nil {
+			return err
+		}
 		if !isSet(fs, "docs") && !sameDir(dir, defaultOut) {
 			fmt.Fprintf(logw, "llmexp: docs left alone: %s are not the committed records (give -docs to rewrite them from these)\n", dir)
 			return nil
@@ -247,7 +282,7 @@ func run(args []string, logw io.Writer) error {
 		return rewriteDocs(*docs, dir, logw)
 	default:
 		fs.Usage()
-		return fmt.Errorf("unknown command %q (valid: all, standard, %s, sweep, kv_sweep, load_sweep, scale, residency, variants, routers, mixed_sweep, e2e, e2e_seeds, plots, docs)",
+		return fmt.Errorf("unknown command %q (valid: all, standard, %s, sweep, kv_sweep, load_sweep, scale, residency, variants, routers, mixed_sweep, trace, trace_variants, e2e, e2e_seeds, plots, docs)",
 			cmd, strings.Join(workload.Kinds, ", "))
 	}
 }

@@ -77,6 +77,11 @@ func (r *Records) Seeds() (*e2e.SeedsRecord, error) {
 	return load[e2e.SeedsRecord](r, "e2e_seeds")
 }
 
+// Trace is trace.json.
+func (r *Records) Trace() (*suite.TraceRecord, error) {
+	return load[suite.TraceRecord](r, "trace")
+}
+
 // Tenancy is tenancy.json (lab/cmd/llmtenancy).
 func (r *Records) Tenancy() (*tenancy.Record, error) {
 	return load[tenancy.Record](r, "tenancy")

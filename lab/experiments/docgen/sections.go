@@ -17,6 +17,29 @@ type renderer func(*Records) (string, error)
 // copies a table of a generated .md file, the renderer is the one that
 // file's generator uses, so that the two agree byte for byte.
 var sections = map[string]renderer{
+	// trace.json: every policy per case, router count and seed; issue
+	// 39's goals; the chain caps.
+	"trace/summary": func(r *Records) (string, error) {
+		tr, err := r.Trace()
+		if err != nil {
+			return "", err
+		}
+		return suite.TraceSummaryTable(tr), nil
+	},
+	"trace/goals": func(r *Records) (string, error) {
+		tr, err := r.Trace()
+		if err != nil {
+			return "", err
+		}
+		return suite.TraceGoalsTable(tr), nil
+	},
+	"trace/chain": func(r *Records) (string, error) {
+		tr, err := r.Trace()
+		if err != nil {
+			return "", err
+		}
+		return suite.TraceChainTable(tr), nil
+	},
 	// summary.md's table of targets.
 	"standard/targets": func(r *Records) (string, error) {
 		std, err := r.Standard()

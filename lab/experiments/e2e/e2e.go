@@ -57,6 +57,9 @@ type Config struct {
 	// (default 1 and 4; 1 and 2 quick). Traffic is split at random over
 	// the instances, which share nothing.
 	Routers []int
+	// Trace is the Mooncake-format trace of the trace workload
+	// (TraceScenario), which runs alone.
+	Trace string
 }
 
 // Policy is one lb_policy llm configuration.
@@ -72,6 +75,8 @@ type Policy struct {
 	// starts (a Valkey or Redis server) and the simulator models as a
 	// shared store (sim.Config.SharedHomes).
 	SharedHomes bool `json:"shared_homes,omitempty"`
+	// HAProxy runs HAProxy instead of caddy (haproxyPolicy).
+	HAProxy bool `json:"haproxy,omitempty"`
 }
 
 // directoryPolicy is prefix_load with a homes directory, run when a
@@ -95,10 +100,10 @@ var coldRulePolicies = []Policy{
 }
 
 // PoliciesNamed returns the policies of DefaultPolicies, the homes
-// directory's and coldRulePolicies with the given names, in that order,
+// directory's, HAProxy's and coldRulePolicies with the given names, in that order,
 // or an error naming one that is none of them.
 func PoliciesNamed(names []string) ([]Policy, error) {
-	all := append(append(append([]Policy(nil), DefaultPolicies...), directoryPolicy), coldRulePolicies...)
+	all := append(append(append([]Policy(nil), DefaultPolicies...), directoryPolicy, haproxyPolicy), coldRulePolicies...)
 	var out []Policy
 	for _, n := range names {
 		i := slices.IndexFunc(all, func(p Policy) bool { return p.Name == n })
@@ -136,6 +141,10 @@ type Record struct {
 	// Workloads are the scenarios' parameters.
 	Workloads map[string]workload.Params `json:"workloads"`
 	Runs      []Cell                     `json:"runs"`
+	// SimOracle is, for the trace workload, the simulator's oracle on the
+	// same scenario per router count: the hit-rate reference the client
+	// cannot measure.
+	SimOracle map[int]*SimPoint `json:"sim_oracle,omitempty"`
 }
 
 // Cell is one policy on one workload through n caddy instances, measured by
@@ -307,6 +316,10 @@ func Run(cfg Config) (*Record, error) {
 	if len(cfg.Workloads) == 0 {
 		cfg.Workloads = []string{workload.SharedPrefix, workload.Mixed, workload.NoSharedPrefix}
 	}
+	// The trace's goals compare with HAProxy's bounded body hash.
+	if slices.Contains(cfg.Workloads, workload.Trace) && haproxyBinary() != "" && !slices.ContainsFunc(cfg.Policies, func(p Policy) bool { return p.HAProxy }) {
+		cfg.Policies = append(slices.Clip(cfg.Policies), haproxyPolicy)
+	}
 	if len(cfg.Routers) == 0 {
 		cfg.Routers = []int{1, 4}
 		if cfg.Quick {
@@ -340,6 +353,18 @@ func Run(cfg Config) (*Record, error) {
 	}
 
 	setup := scenarioSetup(cfg.Duration)
+	var traced *workload.Workload
+	var traceRate float64
+	if slices.Contains(cfg.Workloads, workload.Trace) {
+		if len(cfg.Workloads) > 1 {
+			return nil, fmt.Errorf("e2e: the trace workload runs alone (its replicas' caches are sized for it)")
+		}
+		w, rate, kv, err := TraceScenario(cfg.Trace, cfg.Seed, cfg.Duration, setup)
+		if err != nil {
+			return nil, err
+		}
+		traced, traceRate, setup = w, rate, traceSetup(cfg.Duration, kv, filepath.Base(cfg.Trace))
+	}
 	rec := &Record{Experiment: "e2e", Commit: cfg.Commit, Seed: cfg.Seed, Quick: cfg.Quick, Setup: setup,
 		Policies: cfg.Policies, Workloads: map[string]workload.Params{}}
 
@@ -400,9 +425,11 @@ func Run(cfg Config) (*Record, error) {
 
 	runs := 0
 	for _, kind := range cfg.Workloads {
-		w, rate, err := Scenario(kind, cfg.Seed, cfg.Duration)
-		if err != nil {
-			return nil, err
+		w, rate := traced, traceRate
+		if w == nil {
+			if w, rate, err = Scenario(kind, cfg.Seed, cfg.Duration); err != nil {
+				return nil, err
+			}
 		}
 		rec.Workloads[kind] = w.Params
 		arrivals := make([]Arrival, len(w.Sessions))
@@ -423,6 +450,16 @@ func Run(cfg Config) (*Record, error) {
 					return nil, err
 				}
 				rec.Runs = append(rec.Runs, *run)
+			}
+			if kind == workload.Trace {
+				sr, err := sim.Run(simConfig(Policy{Name: "oracle", Strategy: "oracle"}, rec.Setup, n, cfg.Seed), w)
+				if err != nil {
+					return nil, err
+				}
+				if rec.SimOracle == nil {
+					rec.SimOracle = map[int]*SimPoint{}
+				}
+				rec.SimOracle[n] = simPoint(sr)
 			}
 		}
 	}
@@ -465,6 +502,17 @@ func runOne(cfg Config, rec *Record, tmp, caddyBin string, upstreams []string, r
 		*procs = (*procs)[:len(*procs)-len(started)]
 	}
 	for k := range n {
+		if pol.HAProxy {
+			hp, url, err := startHAProxy(tmp, k, upstreams, rec.Setup.Cap, cfg.Progress)
+			if err != nil {
+				stop()
+				return nil, err
+			}
+			started = append(started, hp)
+			*procs = append(*procs, hp)
+			urls = append(urls, url)
+			continue
+		}
 		port, err := netx.FreeAddr()
 		if err != nil {
 			stop()
@@ -684,6 +732,7 @@ func Write(jsonPath, mdPath string, rec *Record) error {
 		}
 	}
 	m.WriteString(goalsMarkdown(rec))
+	m.WriteString(traceGoalsMarkdown(rec))
 	return os.WriteFile(mdPath, []byte(m.String()), 0o644)
 }
 
@@ -700,6 +749,9 @@ var goalPolicies = []string{"prefix_load", "prefix_load peers none", directoryPo
 func Goals(rec *Record) map[string][]suite.Goal {
 	points := make([]suite.SweepPoint, 0, len(rec.Runs))
 	for _, r := range rec.Runs {
+		if r.Workload == workload.Trace {
+			continue // issue 39's goals (TraceGoals)
+		}
 		p := r.Result
 		points = append(points, suite.SweepPoint{Workload: r.Workload, Policy: r.Policy, Routers: r.Routers, TokenHitRate: p.TokenHitRate,
 			TTFTP50Ms: p.TTFT.P50, TTFTP90Ms: p.TTFT.P90, TTFTP99Ms: p.TTFT.P99, Agreement: p.Agreement, AgreementKeys: p.AgreementKeys})

@@ -1,0 +1,167 @@
+package suite
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/llmroute/caddy-llmroute/lab/experiments/trace"
+	"github.com/llmroute/caddy-llmroute/policies"
+)
+
+// The trace variants are the diagnosis of the trace experiment's
+// several-router misses: prefix_load with four routers and nothing shared,
+// at KV 0.25x where it misses, with one of its rules or its chain changed,
+// against one router's prefix_load as shipped. A variant here is a
+// measurement, not a rule: the rules are policies'.
+
+// TraceVariant is one prefix_load configuration of the trace variants.
+type TraceVariant struct {
+	Name    string           `json:"name"`
+	Options policies.Options `json:"options"`
+	// MaxBlocks, when set, is the router chain's cap (128-byte blocks).
+	MaxBlocks int `json:"max_blocks,omitempty"`
+}
+
+// TraceVariants are the configurations compared: as shipped, the cold
+// rule of always the rendezvous home within the cold bound (cold_choices
+// 1), the peer rule's unique-traffic gate off (unique_run -1), a looser
+// slack for a new prefix's rendezvous home (cold_slack 4), no detours, a
+// 1,024-block chain, and the chain without detours.
+var TraceVariants = []TraceVariant{
+	{Name: "prefix_load"},
+	{Name: "cold_choices 1", Options: policies.Options{ColdChoices: 1}},
+	{Name: "unique_run -1", Options: policies.Options{UniqueRun: -1}},
+	{Name: "cold_slack 4", Options: policies.Options{ColdSlack: 4}},
+	{Name: "no detours", Options: policies.Options{DetourSlack: 1e6}},
+	{Name: "max_blocks 1024", MaxBlocks: 1024},
+	{Name: "max_blocks 1024, no detours", Options: policies.Options{DetourSlack: 1e6}, MaxBlocks: 1024},
+}
+
+// TraceVariantRouters is the router count the variants run with.
+const TraceVariantRouters = 4
+
+// TraceVariantsRecord is trace_variants.json.
+type TraceVariantsRecord struct {
+	Experiment string         `json:"experiment"`
+	Commit     string         `json:"commit"`
+	Seeds      []uint64       `json:"seeds"`
+	Trace      TraceConfig    `json:"trace"`
+	Variants   []TraceVariant `json:"variants"`
+	Cases      []TraceCase    `json:"cases"`
+	// Points hold one router's prefix_load as shipped (Routers 1) and
+	// every variant with TraceVariantRouters routers, Policy naming it.
+	Points []TracePoint `json:"points"`
+}
+
+// RunTraceVariants runs the variants on tc's trace at KV 0.25x, seed
+// after seed.
+func RunTraceVariants(o Options, tc TraceConfig) (*TraceVariantsRecord, error) {
+	o.defaults()
+	recs, err := trace.Load(tc.Path)
+	if err != nil {
+		return nil, err
+	}
+	tc.Name = filepath.Base(tc.Path)
+	st := StandardPoint(false)
+	st.Util = TraceUtil
+	stats := trace.Describe(recs, tc.Options)
+	rec := &TraceVariantsRecord{Experiment: "trace_variants", Commit: o.Commit, Seeds: seedsOf(&o), Trace: tc, Variants: TraceVariants}
+	for _, c := range TraceCases(false, stats.WorkingSetTokens, EngineConfig(1).BlockSize) {
+		if c.KVShare < 1 {
+			rec.Cases = append(rec.Cases, c)
+		}
+	}
+	r := newRunner(&o)
+	for _, seed := range rec.Seeds {
+		opts := tc.Options
+		opts.Seed, opts.Parse = seed, policies.ParseConfig{Deployment: "sim"}
+		r.note("trace_variants: seed %d: building %d requests", seed, stats.Requests)
+		base, err := trace.Workload(recs, opts, o.Progress)
+		if err != nil {
+			return nil, err
+		}
+		var tasks []*task
+		caseOf, nameOf := map[*task]int{}, map[*task]string{}
+		for ci := range rec.Cases {
+			c := &rec.Cases[ci]
+			w := base.WithParse(base.Params.Parse)
+			s := st
+			s.Replicas, s.KVBlocks = c.Replicas, c.KVBlocks
+			c.RatePerS = round(TraceUtil*ColdCapacity(EngineConfig(c.KVBlocks), w.MeanPromptTokens, w.MeanOutputTokens, s.Cap)*float64(c.Replicas), 3)
+			w.ScaleRate(c.RatePerS)
+			s.Routers = 1
+			t := &task{phase: "variants", label: fmt.Sprintf("%s routers=1 seed=%d prefix_load", c.file(), seed), cfg: SimConfig("prefix_load", s, seed), w: w}
+			tasks, caseOf[t], nameOf[t] = append(tasks, t), ci, "prefix_load"
+			s.Routers = TraceVariantRouters
+			for _, v := range TraceVariants {
+				wv := w
+				if v.MaxBlocks > 0 {
+					wv = w.WithParse(policies.ParseConfig{Deployment: "sim", MaxBlocks: v.MaxBlocks})
+				}
+				cfg := SimConfig("prefix_load", s, seed)
+				cfg.Options = v.Options
+				t := &task{phase: "variants", label: fmt.Sprintf("%s routers=%d seed=%d %s", c.file(), s.Routers, seed, v.Name), cfg: cfg, w: wv}
+				tasks, caseOf[t], nameOf[t] = append(tasks, t), ci, v.Name
+			}
+		}
+		if err := r.run(tasks); err != nil {
+			return nil, err
+		}
+		for _, t := range tasks {
+			pt := tracePoint(rec.Cases[caseOf[t]], t, stats.Bound, false)
+			pt.Policy = nameOf[t]
+			rec.Points = append(rec.Points, pt)
+		}
+	}
+	return rec, nil
+}
+
+// TraceVariantsMarkdown renders trace_variants.md: per case, each
+// variant's hit rate with four routers against one router's prefix_load
+// (the goal: >= 0.85), and its TTFT p50 and p99, each seed's figure in
+// seed order.
+func TraceVariantsMarkdown(rec *TraceVariantsRecord) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Trace variants: %s\n\nGenerated by `go -C lab run ./cmd/llmexp trace_variants`. Commit `%s`, seeds %v. "+
+		"prefix_load with %d routers and nothing shared at KV 0.25x, where the trace experiment's several-router hit goal misses, with one rule "+
+		"or the chain changed; the reference is one router's prefix_load as shipped (same case and seed). Figures per seed, in seed order.\n\n",
+		rec.Trace.Name, rec.Commit, rec.Seeds, TraceVariantRouters)
+	b.WriteString("| case | variant | hit rate | hit / one router's (>= 0.85) | TTFT p50 ms | TTFT p99 ms |\n|---|---|---:|---:|---:|---:|\n")
+	for _, c := range rec.Cases {
+		one := map[uint64]float64{}
+		for _, p := range rec.Points {
+			if p.Workload == c.Label() && p.Routers == 1 {
+				one[p.Seed] = p.TokenHitRate
+			}
+		}
+		for _, v := range TraceVariants {
+			var hit, ratio, p50, p99 []string
+			for _, s := range rec.Seeds {
+				for _, p := range rec.Points {
+					if p.Workload != c.Label() || p.Routers != TraceVariantRouters || p.Policy != v.Name || p.Seed != s {
+						continue
+					}
+					hit = append(hit, fmt.Sprintf("%.3f", p.TokenHitRate))
+					r := fmt.Sprintf("%.3f", p.TokenHitRate/one[s])
+					if p.TokenHitRate/one[s] < 0.85 {
+						r = "**" + r + "**"
+					}
+					ratio = append(ratio, r)
+					p50, p99 = append(p50, Thousands(p.TTFTP50Ms)), append(p99, Thousands(p.TTFTP99Ms))
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", c.Label(), v.Name, strings.Join(hit, " / "), strings.Join(ratio, " / "),
+				strings.Join(p50, " / "), strings.Join(p99, " / "))
+		}
+	}
+	return b.String()
+}
+
+// WriteTraceVariants writes trace_variants.json and trace_variants.md.
+func WriteTraceVariants(dir string, rec *TraceVariantsRecord) error {
+	if err := writeJSON(filepath.Join(dir, "trace_variants.json"), rec); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, "trace_variants.md"), []byte(TraceVariantsMarkdown(rec)))
+}
