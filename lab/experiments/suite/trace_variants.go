@@ -21,6 +21,8 @@ type TraceVariant struct {
 	Options policies.Options `json:"options"`
 	// MaxBlocks, when set, is the router chain's cap (128-byte blocks).
 	MaxBlocks int `json:"max_blocks,omitempty"`
+	// ColdChoices runs the lab's old cold rules (sim.Config.ColdChoices).
+	ColdChoices int `json:"cold_choices,omitempty"`
 }
 
 // TraceVariants are the configurations compared: as shipped, the cold
@@ -30,7 +32,7 @@ type TraceVariant struct {
 // 1,024-block chain, and the chain without detours.
 var TraceVariants = []TraceVariant{
 	{Name: "prefix_load"},
-	{Name: "cold_choices 1", Options: policies.Options{ColdChoices: 1}},
+	{Name: "cold_choices 1", ColdChoices: 1},
 	{Name: "unique_run -1", Options: policies.Options{UniqueRun: -1}},
 	{Name: "cold_slack 4", Options: policies.Options{ColdSlack: 4}},
 	{Name: "no detours", Options: policies.Options{DetourSlack: 1e6}},
@@ -100,7 +102,7 @@ func RunTraceVariants(o Options, tc TraceConfig) (*TraceVariantsRecord, error) {
 					wv = w.WithParse(policies.ParseConfig{Deployment: "sim", MaxBlocks: v.MaxBlocks})
 				}
 				cfg := SimConfig("prefix_load", s, seed)
-				cfg.Options = v.Options
+				cfg.Options, cfg.ColdChoices = v.Options, v.ColdChoices
 				t := &task{phase: "variants", label: fmt.Sprintf("%s routers=%d seed=%d %s", c.file(), s.Routers, seed, v.Name), cfg: cfg, w: wv}
 				tasks, caseOf[t], nameOf[t] = append(tasks, t), ci, v.Name
 			}
