@@ -224,6 +224,14 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 	}()
 	err := next.ServeHTTP(ww, r)
 	returned = true
+	if err == nil && ww.answerCut() && r.Context().Err() == nil {
+		// The replica ended the answer short of its protocol's end, where
+		// HTTP framing could not tell: the client must not see a clean
+		// end. Abort as reverse_proxy does mid-stream (no final chunk,
+		// or a reset HTTP/2 stream); the deferred finish settles it.
+		ww.cut = true
+		panic(http.ErrAbortHandler)
+	}
 	if err == nil && !ww.wroteHeader && !rc.attempted() {
 		// No handler after llm_route answered (no pool's matcher took the
 		// request): say so, rather than Caddy's empty 200.

@@ -707,8 +707,12 @@ func (d *driver) one(ctx context.Context, id, kind string) outcome {
 	case KindCut:
 		hdr[fakereplica.HeaderFault] = fakereplica.FaultCut
 		hdr[fakereplica.HeaderCutAfter] = strconv.Itoa(d.intn(4))
-		if d.intn(2) == 0 {
+		switch d.intn(3) {
+		case 0:
 			hdr[fakereplica.HeaderCutMode] = "fin"
+		case 1:
+			// Unframed, closed cleanly: only the protocol shows the cut.
+			hdr[fakereplica.HeaderCutMode] = fakereplica.CutUnframed
 		}
 	case KindSlow:
 		hdr[fakereplica.HeaderFault] = fakereplica.FaultSlow
