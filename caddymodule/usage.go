@@ -44,6 +44,10 @@ type usageSniffer struct {
 	// settled from them (budgets.go, tokensUsed).
 	usageTokens int
 	chunks      int
+	// bound is what the request could have used; negative is set when
+	// the engine reported a count below zero (usagebound.go).
+	bound    usageBound
+	negative bool
 
 	// answer, when set, is fed the answer's text (answers.go).
 	answer *answerCapture
