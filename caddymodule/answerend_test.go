@@ -1,6 +1,8 @@
 package caddymodule
 
 import (
+	"bytes"
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -75,4 +77,50 @@ func TestAnswerEnd(t *testing.T) {
 	e.startEnd(policies.EndpointChat, false, true, "gzip")
 	e.jsonBytes([]byte{0x1f, 0x8b})
 	assert.False(t, e.cut(), "a compressed answer is not read")
+}
+
+// checkJSONEnd holds jsonBytes to encoding/json on doc: a valid JSON
+// object is whole, and so is no strict prefix of one that ends before its
+// closing brace (white space after the object aside); it reports whether
+// doc was a valid object.
+func checkJSONEnd(t *testing.T, doc []byte) bool {
+	var obj map[string]any
+	if t := bytes.TrimLeft(doc, " \t\r\n"); len(t) == 0 || t[0] != '{' || json.Unmarshal(doc, &obj) != nil {
+		return false
+	}
+	feed := func(b []byte) bool {
+		var e answerEnd
+		e.startEnd(policies.EndpointChat, false, true, "")
+		e.jsonBytes(b)
+		return e.cut()
+	}
+	if feed(doc) {
+		t.Fatalf("a valid object read as cut: %q", doc)
+	}
+	end := len(bytes.TrimRight(doc, " \t\r\n"))
+	for i := range end {
+		if !feed(doc[:i]) {
+			t.Fatalf("a prefix of %d bytes of a valid object read as whole: %q", i, doc)
+		}
+	}
+	return true
+}
+
+// TestJSONEndAgainstEncodingJSON runs checkJSONEnd over the answers of
+// the answer and usage scanners' tests, counting the objects checked.
+func TestJSONEndAgainstEncodingJSON(t *testing.T) {
+	objects := 0
+	for _, d := range append(append([]string{}, answerDocs...), `{"a":"}\"{[","b":[{},[]]} `, `{}`) {
+		if checkJSONEnd(t, []byte(d)) {
+			objects++
+		}
+	}
+	assert.Greater(t, objects, 10)
+}
+
+func FuzzJSONEnd(f *testing.F) {
+	for _, d := range answerDocs {
+		f.Add([]byte(d))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) { checkJSONEnd(t, doc) })
 }
