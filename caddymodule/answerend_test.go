@@ -73,6 +73,14 @@ func TestAnswerEnd(t *testing.T) {
 	}
 	assert.Equal(t, 4*len(cases), accepted)
 
+	for _, last := range []string{"data: [DONE]", "data: [DONE]\r"} {
+		w := &routeWriter{status: 200, sniff: &usageSniffer{}}
+		w.sniff.start("text/event-stream")
+		w.sniff.end.startEnd(policies.EndpointChat, true, false, "")
+		w.sniff.observe([]byte(chunk + last))
+		assert.False(t, w.answerCut(), "a last line without its line break: %q", last)
+	}
+
 	var e answerEnd
 	e.startEnd(policies.EndpointChat, false, true, "gzip")
 	e.jsonBytes([]byte{0x1f, 0x8b})

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"time"
@@ -102,7 +103,14 @@ func (w *routeWriter) Write(p []byte) (int, error) {
 // protocol's end (answerend.go): a replica cut it where HTTP framing
 // could not tell.
 func (w *routeWriter) answerCut() bool {
-	return w.sniff != nil && w.status/100 == 2 && w.status != http.StatusNoContent && w.sniff.end.cut()
+	if w.sniff == nil || w.status/100 != 2 || w.status == http.StatusNoContent {
+		return false
+	}
+	if len(w.sniff.line) > 0 {
+		// A last line without its line break still counts.
+		w.sniff.end.sseLine(bytes.TrimRight(w.sniff.line, "\r\n"))
+	}
+	return w.sniff.end.cut()
 }
 
 // ReadFrom must go through Write so that nothing bypasses the watch.
