@@ -32,8 +32,7 @@ import (
 // megabyte-long conversation id) and two ids that differ anywhere, even
 // past their first kilobyte, are two entries; the value is the replica's
 // address, shared with its state. So each table holds at most its count
-// of fixed-size entries: about 100 bytes each, some 10 MB per table when
-// full.
+// of fixed-size entries, whatever the clients send.
 
 const (
 	maxSessions  = 100_000
