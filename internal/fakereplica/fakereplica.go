@@ -90,6 +90,10 @@ const (
 	// before any header: a transport error), the request ends or the
 	// stall limit passes.
 	HeaderHold = "X-Fake-Hold"
+	// HeaderTotalTokens, an integer (any, negative or absurd), is the
+	// total_tokens the answer's usage reports, its completion_tokens the
+	// rest after the prompt: a faulty engine's usage.
+	HeaderTotalTokens = "X-Fake-Total-Tokens"
 )
 
 // Outcomes recorded for each receipt.
@@ -614,6 +618,9 @@ func (rp *Replica) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		CompletionTokens:    p.chunks + 1,
 		TotalTokens:         promptTokens + p.chunks + 1,
 		PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: cached},
+	}
+	if v, err := strconv.ParseInt(r.Header.Get(HeaderTotalTokens), 10, 64); err == nil {
+		usage.TotalTokens, usage.CompletionTokens = int(v), int(v)-promptTokens
 	}
 	if !req.Stream {
 		outcome = rp.answerJSON(w, r, rc, fault, p, usage)
