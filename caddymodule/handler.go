@@ -98,6 +98,17 @@ type LLMRoute struct {
 	// sessionHdrs is SessionHeaders spelled canonically (Provision).
 	sessionHdrs []string
 	logger      *zap.Logger
+	// cleaned is set by the first Cleanup (tenants.go); Caddy calls
+	// Cleanup once, from one goroutine.
+	cleaned bool
+}
+
+// cleanupOnce reports whether this is the handler's first Cleanup, which
+// alone drops its references.
+func (h *LLMRoute) cleanupOnce() bool {
+	first := !h.cleaned
+	h.cleaned = true
+	return first
 }
 
 // defaultMaxBodyBytes bounds a request body unless max_body_bytes says
