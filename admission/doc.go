@@ -2,7 +2,7 @@
 // next when every replica is full, who may take the pool's last capacity,
 // and how much a tenant may spend per minute. It imports nothing of Caddy
 // or net/http, so that the Caddy module (caddymodule/waitqueue.go,
-// budgets.go) and the lab's admission simulator (lab/experiments/tenancy)
+// budgets.go) and the admission simulator of the lab
 // run the same decisions:
 //
 //   - Priority: the three bands (critical, standard, sheddable), and the

@@ -78,20 +78,23 @@ func (p *LLMSelection) status() stateapi.Policy {
 		Strategy: p.strategy.Name(), MaxInFlight: p.MaxInFlight, QueueSize: p.QueueSize,
 		QueueTimeout: time.Duration(p.QueueTimeout), Queued: p.queued.Load(),
 		BalanceFactor: p.opts.BalanceFactor, ColdBalanceFactor: p.opts.ColdBalanceFactor,
-		LoadSlack: p.opts.LoadSlack, ColdChoices: p.opts.ColdChoices,
+		LoadSlack: p.opts.LoadSlack,
 		SlowStart: time.Duration(p.SlowStart), CooldownBase: time.Duration(p.CooldownBase),
 		CooldownMax:      time.Duration(p.CooldownMax),
 		DialTimeoutFails: p.DialTimeoutFails, StatusFails: p.StatusFails, EngineMetrics: p.EngineMetrics != nil,
 		SheddableShare: p.SheddableShare, SlotHold: p.holds.status(time.Duration(p.SlotHold)),
-		Peers: peers, NewPrefixes: fresh, UniqueRun: run,
+		Peers: peers, NewPrefixes: fresh, UniqueRun: run, Replicas: p.replicaAddrs(),
 	}
 }
 
 // snapshotReplicas returns every known replica's status, sorted by address.
 func snapshotReplicas() []stateapi.Replica {
 	var out []stateapi.Replica
+	sessions := sessionsPerReplica()
 	replicas.Range(func(_, v any) bool {
-		out = append(out, v.(*replicaState).status())
+		rs := v.(*replicaState).status()
+		rs.Sessions = sessions[rs.Addr]
+		out = append(out, rs)
 		return true
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
@@ -114,6 +117,7 @@ func (s *replicaState) status() stateapi.Replica {
 	}
 	s.mu.Unlock()
 	rs.Feedback = feedbackStatus(s.belief.Stats())
+	rs.ReportsCached = s.reports.kinds()
 	ix := s.belief.Index()
 	rs.IndexEntries, rs.IndexCapacity = ix.Len(), ix.Capacity()
 	return rs

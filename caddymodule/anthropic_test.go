@@ -14,6 +14,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmroute/caddy-llmroute/simreplica"
 )
 
 // anthropicStream is an Anthropic SSE answer with 64 tokens read from the
@@ -76,7 +78,9 @@ func TestUsageSnifferAnthropicJSON(t *testing.T) {
 		cached, prompt int
 	}{
 		{`{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn","usage":{"input_tokens":3,"cache_creation_input_tokens":0,"cache_read_input_tokens":128,"output_tokens":2}}`, true, 128, 131},
-		{`{"type":"message","content":[],"usage":{"input_tokens":3,"output_tokens":2}}`, false, 0, 0},
+		// vLLM and SGLang: no cache figure; the prompt is known, and whether
+		// silence means none cached is the replica's record (cachereport.go).
+		{`{"type":"message","content":[],"usage":{"input_tokens":3,"output_tokens":2}}`, false, 0, 3},
 	} {
 		s := &usageSniffer{}
 		s.start("application/json")
@@ -317,8 +321,10 @@ func readAnthropicSSE(resp *http.Response) (events []string, err error) {
 // cache_read_input_tokens checks the prediction as a hit (streamed and
 // not), and that the Anthropic stream reaches the client whole.
 func TestMessagesKeepAffinityAndFeedback(t *testing.T) {
-	_, a1 := startSim(t, "sim-1")
-	_, a2 := startSim(t, "sim-2")
+	// llama.cpp's server writes Anthropic's cache_read_input_tokens (vLLM
+	// and SGLang do not: TestVLLMMessagesSilenceIsUnknown).
+	_, a1 := startSimAs(t, "sim-1", 4, 50, simreplica.LlamaCpp)
+	_, a2 := startSimAs(t, "sim-2", 4, 50, simreplica.LlamaCpp)
 	r := startRouter(t, fmt.Sprintf(`
 	llm_route {
 		request_usage

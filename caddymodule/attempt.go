@@ -50,6 +50,8 @@ type attemptRules struct {
 	// observer is the strategy, when it learns from the engines' reports
 	// (feedback.go).
 	observer policies.CheckObserver
+	// cacheReport is the pool's cache_report mode (cachereport.go).
+	cacheReport string
 }
 
 // reserve takes one in-flight slot if the replica is available and below

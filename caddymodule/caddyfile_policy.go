@@ -19,30 +19,27 @@ import (
 //		sheddable_share <fraction>
 //		slow_start      <duration>
 //		slot_hold       <duration>
-//		cooldown        <base> [<max>]
-//		dial_timeout_fails <n> [<window>]
-//		fail_status     <code...>
-//		status_fails    <n>
+//		cooldown        <base> [<max>] {
+//			dial_timeout_fails <n> [<window>]
+//			fail_status        <code...>
+//			status_fails       <n>
+//		}
 //		balance_factor  <float>
-//		load_slack      <n>
-//		cold_choices    1|2|3
 //		peers           auto|none|some
-//		cold_slack      <fraction>
-//		detour_slack    <fraction>
 //		index_answers   [on|off]
+//		index_blocks    <n>
 //		homes_directory redis://host:port[/db] {
 //			key_prefix <prefix>
 //			ttl        <duration>
 //			timeout    <duration>
 //		}
-//		cold_balance_factor <float>
-//		index_blocks    <n>
-//		seed            <n>
 //		engine_metrics  [<path>] {
 //			interval <duration>
 //			timeout  <duration>
 //			stale_after <duration>
+//			api_key  <key>
 //		}
+//		cache_report    auto|always|never
 //	}
 func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume policy name
@@ -64,16 +61,8 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = intArg(d, opt, &p.MaxInFlight)
 		case "queue_size":
 			err = intArg(d, opt, &p.QueueSize)
-		case "load_slack":
-			err = intArg(d, opt, &p.LoadSlack)
 		case "index_blocks":
 			err = intArg(d, opt, &p.IndexBlocks)
-		case "cold_choices":
-			err = intArg(d, opt, &p.ColdChoices)
-		case "unique_run":
-			err = intArg(d, opt, &p.UniqueRun)
-		case "status_fails":
-			err = intArg(d, opt, &p.StatusFails)
 		case "queue_timeout":
 			err = durationArg(d, opt, &p.QueueTimeout)
 		case "slow_start":
@@ -84,32 +73,20 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = floatArg(d, opt, &p.SheddableShare)
 		case "balance_factor":
 			err = floatArg(d, opt, &p.BalanceFactor)
-		case "cold_balance_factor":
-			err = floatArg(d, opt, &p.ColdBalanceFactor)
-		case "cold_slack":
-			err = floatArg(d, opt, &p.ColdSlack)
-		case "detour_slack":
-			err = floatArg(d, opt, &p.DetourSlack)
 		case "cooldown":
 			err = p.parseCooldown(d)
-		case "dial_timeout_fails":
-			err = p.parseDialTimeoutFails(d)
-		case "fail_status":
-			err = p.parseFailStatus(d)
 		case "index_answers":
 			err = p.parseIndexAnswers(d)
-		case "seed":
-			var s string
-			if s, err = oneArg(d); err == nil {
-				if p.Seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-					err = d.Errf("seed: %v", err)
-				}
-			}
 		case "homes_directory":
 			p.HomesDirectory, err = parseHomesDirectory(d)
 		case "engine_metrics":
 			p.EngineMetrics, err = parseEngineMetrics(d)
+		case "cache_report":
+			p.CacheReport, err = oneArg(d)
 		default:
+			if why, ok := removedPolicyOptions[opt]; ok {
+				return d.Errf("llm policy option %q was removed: %s", opt, why)
+			}
 			return d.Errf("unrecognized llm policy option %q", opt)
 		}
 		if err != nil {
@@ -119,23 +96,66 @@ func (p *LLMSelection) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-// parseCooldown reads `cooldown <base> [<max>]`.
+// removedPolicyOptions says what replaced each directive a Caddyfile may
+// still name.
+var removedPolicyOptions = map[string]string{
+	"cold_choices":        "prefix_load has one rule for new prefixes (README, \"prefix_load\")",
+	"load_slack":          tuningMoved,
+	"cold_balance_factor": tuningMoved,
+	"cold_slack":          tuningMoved,
+	"detour_slack":        tuningMoved,
+	"unique_run":          tuningMoved,
+	"seed":                tuningMoved,
+	"dial_timeout_fails":  "it is a subdirective of cooldown: cooldown <base> [<max>] { dial_timeout_fails <n> [<window>] }",
+	"fail_status":         "it is a subdirective of cooldown: cooldown <base> [<max>] { fail_status <code...> }",
+	"status_fails":        "it is a subdirective of cooldown: cooldown <base> [<max>] { status_fails <n> }",
+}
+
+const tuningMoved = "its default is measured and kept; experiments set it in the JSON config's \"tuning\" object"
+
+// parseCooldown reads
+//
+//	cooldown <base> [<max>] {
+//		dial_timeout_fails <n> [<window>]
+//		fail_status        <code...>
+//		status_fails       <n>
+//	}
 func (p *LLMSelection) parseCooldown(d *caddyfile.Dispenser) error {
 	args := d.RemainingArgs()
-	if len(args) < 1 || len(args) > 2 {
+	if len(args) > 2 {
 		return d.ArgErr()
 	}
-	base, err := caddy.ParseDuration(args[0])
-	if err != nil {
-		return d.Errf("cooldown: %v", err)
-	}
-	p.CooldownBase = caddy.Duration(base)
-	if len(args) == 2 {
-		m, err := caddy.ParseDuration(args[1])
+	for i, a := range args {
+		v, err := caddy.ParseDuration(a)
 		if err != nil {
 			return d.Errf("cooldown: %v", err)
 		}
-		p.CooldownMax = caddy.Duration(m)
+		if i == 0 {
+			p.CooldownBase = caddy.Duration(v)
+		} else {
+			p.CooldownMax = caddy.Duration(v)
+		}
+	}
+	blocks := 0
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		blocks++
+		var err error
+		switch opt := d.Val(); opt {
+		case "dial_timeout_fails":
+			err = p.parseDialTimeoutFails(d)
+		case "fail_status":
+			err = p.parseFailStatus(d)
+		case "status_fails":
+			err = intArg(d, opt, &p.StatusFails)
+		default:
+			err = d.Errf("unrecognized cooldown option %q", opt)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(args) == 0 && blocks == 0 {
+		return d.ArgErr()
 	}
 	return nil
 }
@@ -212,6 +232,8 @@ func parseEngineMetrics(d *caddyfile.Dispenser) (*EngineMetricsConfig, error) {
 			err = durationArg(d, "engine_metrics "+key, &cfg.Timeout)
 		case "stale_after":
 			err = durationArg(d, "engine_metrics "+key, &cfg.StaleAfter)
+		case "api_key":
+			cfg.APIKey, err = oneArg(d)
 		default:
 			return nil, d.Errf("unrecognized engine_metrics option %q", key)
 		}

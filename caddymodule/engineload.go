@@ -21,6 +21,8 @@ type engineLoad struct {
 	queries    float64 // prefix cache queries counter, -1 when absent
 	hits       float64
 	lastErr    string
+	// asleep: the engine reported vLLM's sleep mode.
+	asleep bool
 	// ownInFlight is what this router had in flight on the replica when
 	// the sample arrived: the figure the engine's counts are judged
 	// against (policies.Replica.InFlightSinceSample).
@@ -38,6 +40,19 @@ func (e *engineLoad) status(now time.Time) *stateapi.Engine {
 		NumBlocks: e.numBlocks, BlockSize: e.blockSize, LastError: e.lastErr,
 		Queries: e.queries, Hits: e.hits,
 	}
+}
+
+// reasonAsleep is the cooling reason of a replica whose engine reported
+// vLLM's sleep mode.
+const reasonAsleep = "asleep"
+
+// sleeping returns how long a fresh sample that says the engine sleeps
+// keeps the replica out (until the sample goes stale), or 0.
+func (e *engineLoad) sleeping(now time.Time) time.Duration {
+	if !e.asleep || e.stale(now) {
+		return 0
+	}
+	return e.staleAfter - now.Sub(e.at)
 }
 
 func (e *engineLoad) stale(now time.Time) bool {
@@ -62,9 +77,9 @@ func (s *replicaState) apply(now time.Time, smp engineSample, staleAfter time.Du
 	s.engine = engineLoad{
 		at: now, staleAfter: staleAfter, engine: smp.engine, waiting: smp.waiting, running: smp.running,
 		kvUsage: smp.kvUsage, numBlocks: smp.numBlocks, blockSize: smp.blockSize,
-		queries: smp.queries, hits: smp.hits, ownInFlight: s.inFlight,
+		queries: smp.queries, hits: smp.hits, ownInFlight: s.inFlight, asleep: smp.asleep,
 	}
-	if !smp.hasLoad {
+	if !smp.hasLoad && !smp.asleep {
 		// Metrics without load figures tell us nothing: unknown, not idle.
 		s.engine.at = time.Time{}
 	}

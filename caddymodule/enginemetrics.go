@@ -19,6 +19,11 @@ type engineSample struct {
 	blockSize        int
 	queries, hits    float64
 	hasLoad          bool
+	// engines is how many engines (data-parallel ranks) the series name.
+	engines int
+	// asleep: vLLM's sleep mode (vllm:engine_sleep_state 1) holds no
+	// weights; the engine serves nothing until woken.
+	asleep bool
 }
 
 // metricNames maps each engine's metric names (old and new spellings) to
@@ -27,12 +32,47 @@ var (
 	waitingNames = []string{"vllm:num_requests_waiting", "sglang:num_queue_reqs", "sglang_num_queue_reqs", "llamacpp:requests_deferred"}
 	runningNames = []string{"vllm:num_requests_running", "sglang:num_running_reqs", "sglang_num_running_reqs", "llamacpp:requests_processing"}
 	kvNames      = []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage", "sglang_token_usage"}
-	queryNames   = []string{"vllm:prefix_cache_queries", "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries", "vllm:gpu_prefix_cache_queries_total"}
-	hitNames     = []string{"vllm:prefix_cache_hits", "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits", "vllm:gpu_prefix_cache_hits_total"}
+	queryNames   = []string{"vllm:prefix_cache_queries", "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries", "vllm:gpu_prefix_cache_queries_total", "sglang:prompt_tokens_total", "sglang:prompt_tokens", "llamacpp:prompt_tokens_total"}
+	hitNames     = []string{"vllm:prefix_cache_hits", "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits", "vllm:gpu_prefix_cache_hits_total", "sglang:cached_tokens_total", "sglang:cached_tokens", "llamacpp:prompt_tokens_cached_total"}
+	// tokenCapacityNames are KV capacities counted in tokens.
+	tokenCapacityNames = []string{"sglang:max_total_num_tokens", "sglang_max_total_num_tokens"}
 )
+
+// rankLabels name a series' tensor and pipeline rank: SGLang writes one
+// scheduler's figures once per rank, duplicates of one engine, while its
+// dp_rank and vLLM's engine label name engines of their own.
+var rankLabels = map[string]bool{"tp_rank": true, "pp_rank": true}
+
+// perEngine returns a family's value per engine: series that differ only
+// in their tensor or pipeline rank are one engine's (the largest of their
+// values, since pipeline stages may each count their part).
+func perEngine(f *dto.MetricFamily) map[string]float64 {
+	out := make(map[string]float64, len(f.GetMetric()))
+	var key strings.Builder
+	for _, m := range f.GetMetric() {
+		key.Reset()
+		for _, l := range m.GetLabel() { // sorted by name
+			if !rankLabels[l.GetName()] {
+				key.WriteString(l.GetName())
+				key.WriteByte('=')
+				key.WriteString(l.GetValue())
+				key.WriteByte(',')
+			}
+		}
+		k, v := key.String(), value(m)
+		if old, ok := out[k]; !ok || v > old {
+			out[k] = v
+		}
+	}
+	return out
+}
 
 // parseEngineSample reads Prometheus text exposition with the Prometheus
 // text parser and picks out the load signals of vLLM, SGLang or llama.cpp.
+// With several engines behind one address (data parallelism: vLLM's
+// engine label, SGLang's dp_rank), request counts and cache sizes add up
+// over the engines, and KV usage is their mean (what vLLM's own log line
+// prints): a sum would read two half-full engines as one full cache.
 func parseEngineSample(r io.Reader) (engineSample, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(r)
@@ -40,17 +80,24 @@ func parseEngineSample(r io.Reader) (engineSample, error) {
 		return engineSample{}, err
 	}
 	s := engineSample{kvUsage: -1, queries: -1, hits: -1}
-	sum := func(names []string) (float64, string, bool) {
+	find := func(names []string) (map[string]float64, string, bool) {
 		for _, n := range names {
-			if f, ok := fams[n]; ok {
-				total := 0.0
-				for _, m := range f.GetMetric() {
-					total += value(m)
-				}
-				return total, n, true
+			if f, ok := fams[n]; ok && len(f.GetMetric()) > 0 {
+				return perEngine(f), n, true
 			}
 		}
-		return 0, "", false
+		return nil, "", false
+	}
+	sum := func(names []string) (float64, string, bool) {
+		vs, n, ok := find(names)
+		total := 0.0
+		for _, v := range vs {
+			total += v
+		}
+		if len(vs) > s.engines {
+			s.engines = len(vs)
+		}
+		return total, n, ok
 	}
 	if v, n, ok := sum(waitingNames); ok {
 		s.waiting, s.hasLoad, s.engine = v, true, engineOf(n)
@@ -61,8 +108,12 @@ func parseEngineSample(r io.Reader) (engineSample, error) {
 			s.engine = engineOf(n)
 		}
 	}
-	if v, _, ok := sum(kvNames); ok {
-		s.kvUsage = v
+	if vs, _, ok := find(kvNames); ok {
+		total := 0.0
+		for _, v := range vs {
+			total += v
+		}
+		s.kvUsage = total / float64(len(vs))
 	}
 	if v, _, ok := sum(queryNames); ok {
 		s.queries = v
@@ -72,17 +123,64 @@ func parseEngineSample(r io.Reader) (engineSample, error) {
 	}
 	if f, ok := fams["vllm:cache_config_info"]; ok {
 		for _, m := range f.GetMetric() {
+			blocks := 0
 			for _, l := range m.GetLabel() {
 				switch l.GetName() {
 				case "num_gpu_blocks":
-					fmt.Sscan(l.GetValue(), &s.numBlocks)
+					fmt.Sscan(l.GetValue(), &blocks)
 				case "block_size":
 					fmt.Sscan(l.GetValue(), &s.blockSize)
 				}
 			}
+			s.numBlocks += blocks // one series per engine
 		}
+	} else if v, _, ok := sum(tokenCapacityNames); ok && v > 0 {
+		s.numBlocks, s.blockSize = int(v), 1
+	}
+	if f, ok := fams["vllm:engine_sleep_state"]; ok {
+		s.asleep = asleep(f)
+	}
+	if s.engine == "sglang" && s.waiting == 0 && s.running == 0 {
+		// SGLang writes its gauges at prefill batches, every 40 decode
+		// batches and every 30 s when idle: zeros may be that old, so
+		// they say nothing of idleness. Unknown, never idle.
+		s.hasLoad = false
 	}
 	return s, nil
+}
+
+// asleep reads vllm:engine_sleep_state: with its sleep_state label, an
+// engine is awake while its "awake" series is 1 and no sleep level's is;
+// without the label, 1 means asleep. The replica sleeps when none of its
+// engines is awake.
+func asleep(f *dto.MetricFamily) bool {
+	sleeping := map[string]bool{}
+	var key strings.Builder
+	for _, m := range f.GetMetric() {
+		key.Reset()
+		state := ""
+		for _, l := range m.GetLabel() {
+			switch {
+			case l.GetName() == "sleep_state":
+				state = l.GetValue()
+			case !rankLabels[l.GetName()]:
+				key.WriteString(l.GetName() + "=" + l.GetValue() + ",")
+			}
+		}
+		v, k := value(m), key.String()
+		switch state {
+		case "awake":
+			sleeping[k] = sleeping[k] || v == 0
+		default:
+			sleeping[k] = sleeping[k] || v >= 1
+		}
+	}
+	for _, s := range sleeping {
+		if !s {
+			return false
+		}
+	}
+	return len(sleeping) > 0
 }
 
 func engineOf(name string) string {

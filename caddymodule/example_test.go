@@ -23,9 +23,7 @@ func TestCaddyfileExampleIsValid(t *testing.T) {
 	require.NoError(t, json.Unmarshal(cfgJSON, &cfg))
 	require.NoError(t, caddy.Validate(&cfg))
 	// The policy options the example shows reach the module.
-	require.Contains(t, string(cfgJSON), `"cold_slack":0.5`)
-	require.Contains(t, string(cfgJSON), `"detour_slack":1.5`)
-	require.Contains(t, string(cfgJSON), `"unique_run":64`)
+	require.Contains(t, string(cfgJSON), `"cooldown_base":1000000000`)
 	require.Contains(t, string(cfgJSON), `"dial_timeout_fails":3`)
 	require.Contains(t, string(cfgJSON), `"status_fails":3`)
 	require.Contains(t, string(cfgJSON), `"allow_paths":["/health"]`)

@@ -7,8 +7,9 @@ import (
 	"github.com/llmroute/caddy-llmroute/policies"
 )
 
-// Feedback: when an answer carries the engine's cached-token count, the
-// prediction made for it is held against that count. The rules (hit, miss,
+// Feedback: when an answer carries the engine's cached-token count (or,
+// from an engine that reports, says nothing: none cached; cachereport.go),
+// the prediction made for it is held against that count. The rules (hit, miss,
 // concurrent, cold; shrink, grow, purge) are the replica's belief's
 // (policies.Belief.Check), which the simulator runs too; this file passes
 // them the figures and counts the verdicts in metrics.
@@ -16,12 +17,16 @@ import (
 // feedback checks the prediction of attempt a against the usage the engine
 // reported (read by sn as the answer streamed).
 func (h *LLMRoute) feedback(rc *routeCtx, a *attempt, sn *usageSniffer) {
-	if a == nil || !sn.found || rc.req == nil {
+	if a == nil || rc.req == nil {
+		return
+	}
+	cached, ok := a.rep.reports.cachedOf(rc.req.Endpoint, a.rules.cacheReport, sn)
+	if !ok {
 		return
 	}
 	pl := a.prediction()
 	c := policies.Check{PredictedBlocks: pl.Predicted, Concurrent: pl.Concurrent,
-		CachedTokens: sn.cached, PromptTokens: sn.promptTokens, PromptBytes: rc.req.PromptBytes}
+		CachedTokens: cached, PromptTokens: sn.promptTokens, PromptBytes: rc.req.PromptBytes}
 	res := a.rep.check(c)
 	if o := a.rules.observer; o != nil {
 		o.Observe(c, res)

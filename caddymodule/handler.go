@@ -211,12 +211,14 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 		r.Header.Del("Content-Encoding") // nothing to decode, nothing to label
 	}
 	h.describe(r, rc)
+	h.noteModel(rc) // modellabels.go
 	if r.URL.Path == "/v1/models" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
 		h.serveModels(w, r)
 		return nil
 	}
 	if apiErr, ok := h.admitTenant(r, rc, tenant); !ok { // budgets.go
 		writeAPIError(w, apiErr)
+		h.observeRefused(r, rc, apiErr.status) // operator.go
 		return nil
 	}
 	caddyhttp.SetVar(r.Context(), routeVarKey, rc)
@@ -313,6 +315,7 @@ func (h *LLMRoute) finish(r *http.Request, ww *routeWriter, rc *routeCtx, return
 	rc.finish(o)
 	h.settleTenant(rc, ww, a != nil) // budgets.go
 	countRequest(strategy, addr, label)
+	h.observe(r, ww, rc, label, strategy, addr) // operator.go
 }
 
 // Interface guards

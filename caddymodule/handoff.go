@@ -30,7 +30,7 @@ import (
 //     provisional placements, whether it has peers: policies.Successor)
 //     passes to the first policy that routes the same upstream set next:
 //     the old policy's while it is still live (successors), else the one
-//     a reload retired for that set up to stateGracePeriod ago (legacies),
+//     a reload retired for that set up to stateGracePeriod ago (bequests),
 //     else (the reload changed the set) the policy whose set shares the
 //     most replicas with the new one.
 //
@@ -60,15 +60,15 @@ func goLive(p *LLMSelection) {
 	waiters.wakeAll()
 }
 
-// legacies holds, per upstream-set signature, the strategy of the last
+// bequests holds, per upstream-set signature, the strategy of the last
 // policy retired while routing that set and the set's addresses, for
 // stateGracePeriod.
-var legacies struct {
+var bequests struct {
 	sync.Mutex
-	m map[uint64]legacy
+	m map[uint64]bequest
 }
 
-type legacy struct {
+type bequest struct {
 	strategy policies.Strategy
 	addrs    map[string]struct{}
 }
@@ -83,18 +83,18 @@ func retire(p *LLMSelection) {
 		sig, addrs := p.poolSig.Load(), p.poolLast // replaced, never changed in place
 		p.poolMu.Unlock()
 		if sig != 0 {
-			legacies.Lock()
-			if legacies.m == nil {
-				legacies.m = map[uint64]legacy{}
+			bequests.Lock()
+			if bequests.m == nil {
+				bequests.m = map[uint64]bequest{}
 			}
-			legacies.m[sig] = legacy{strategy: p.strategy, addrs: addrs}
-			legacies.Unlock()
+			bequests.m[sig] = bequest{strategy: p.strategy, addrs: addrs}
+			bequests.Unlock()
 			time.AfterFunc(stateGracePeriod, func() {
-				legacies.Lock()
-				if legacies.m[sig].strategy == p.strategy {
-					delete(legacies.m, sig)
+				bequests.Lock()
+				if bequests.m[sig].strategy == p.strategy {
+					delete(bequests.m, sig)
 				}
-				legacies.Unlock()
+				bequests.Unlock()
 			})
 		}
 	}
@@ -146,7 +146,7 @@ func (p *LLMSelection) succeed(sig uint64) {
 // inherit gives p's strategy, before it routes the upstream set with
 // signature sig and addresses addrs for the first time, what the strategy
 // of the set's last policy learned: the live one's (successors), else a
-// retired one's (legacies); failing both (the reload changed the set), the
+// retired one's (bequests); failing both (the reload changed the set), the
 // one whose set shares the most replicas with addrs, live or retired. It
 // reports whether there was something to take. A retired strategy is
 // taken once.
@@ -161,12 +161,12 @@ func (p *LLMSelection) inherit(sig uint64, addrs map[string]struct{}) bool {
 		}
 	}
 	var prev policies.Strategy
-	legacies.Lock()
-	if l, ok := legacies.m[sig]; ok {
+	bequests.Lock()
+	if l, ok := bequests.m[sig]; ok {
 		prev = l.strategy
-		delete(legacies.m, sig)
+		delete(bequests.m, sig)
 	}
-	legacies.Unlock()
+	bequests.Unlock()
 	if prev == nil {
 		prev = nearestPolicy(p, addrs)
 	}
@@ -200,16 +200,16 @@ func nearestPolicy(p *LLMSelection, addrs map[string]struct{}) policies.Strategy
 	if best != nil {
 		return best
 	}
-	legacies.Lock()
-	defer legacies.Unlock()
+	bequests.Lock()
+	defer bequests.Unlock()
 	var at uint64
-	for sig, l := range legacies.m {
+	for sig, l := range bequests.m {
 		if n := overlap(l.addrs, addrs); n > most {
 			best, most, at = l.strategy, n, sig
 		}
 	}
 	if best != nil {
-		delete(legacies.m, at)
+		delete(bequests.m, at)
 	}
 	return best
 }

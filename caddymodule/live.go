@@ -80,6 +80,11 @@ func (s *replicaState) snapshot(now time.Time, limit int, slowStart time.Duratio
 	}
 	if e := l.engine.Load(); e != nil {
 		v.waiting, v.running, v.kv, v.sampledInFlight = e.view(now)
+		if d := e.sleeping(now); d > 0 && v.avail != availCooling {
+			// A sleeping engine (vLLM's sleep mode) serves nothing: out,
+			// like a cooling replica, until a scrape says it woke.
+			v.avail, v.coolLeft, v.coolReason = availCooling, d, reasonAsleep
+		}
 	}
 	return v
 }

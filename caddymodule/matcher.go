@@ -40,6 +40,13 @@ func (MatchLLMModel) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
+// Provision adds the exact model names (no `*`) to the models the
+// metrics label by name (modellabels.go).
+func (m MatchLLMModel) Provision(caddy.Context) error {
+	knownModels.configure(m)
+	return nil
+}
+
 // Match reports whether r's model matches one of the patterns.
 func (m MatchLLMModel) Match(r *http.Request) bool {
 	ok, _ := m.MatchWithError(r)
@@ -115,6 +122,7 @@ func globMatch(pattern, s string) bool {
 
 // Interface guards
 var (
+	_ caddy.Provisioner                 = (*MatchLLMModel)(nil)
 	_ caddyhttp.RequestMatcherWithError = (*MatchLLMModel)(nil)
 	_ caddyhttp.RequestMatcher          = (*MatchLLMModel)(nil)
 	_ caddyfile.Unmarshaler             = (*MatchLLMModel)(nil)

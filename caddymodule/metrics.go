@@ -178,13 +178,13 @@ func registerMetrics(ctx caddy.Context) {
 	if reg == nil {
 		return
 	}
-	for _, c := range []prometheus.Collector{
+	for _, c := range append([]prometheus.Collector{
 		metricRequests, metricRejected, metricCooldowns, metricQueueDepth, metricQueueWait,
 		metricDecision, metricTTFB, metricSlotHolds, metricPredictedTokens, metricReportedTokens, metricPromptTokens,
 		metricPredictions, metricIndexPurges, metricStatusOverrides, metricSessionRoutes, metricStateRoutes, metricHomesClaims, stateCollector{},
 		metricTenantRequests, metricTenantRejected, metricTenantQueueWait, metricTenantTokens, tenantCollector{},
 		metricUsageClamped,
-	} {
+	}, operatorCollectors...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

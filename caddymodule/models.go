@@ -47,6 +47,10 @@ type modelEntry struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// Root and Parent are vLLM's: a LoRA adapter is listed under its own
+	// id with Parent naming the base model it runs on.
+	Root   string  `json:"root,omitempty"`
+	Parent *string `json:"parent,omitempty"`
 }
 
 // modelList is the body of GET /v1/models.
@@ -97,6 +101,7 @@ func (h *LLMRoute) serveModels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sort.Slice(out.Data, func(i, j int) bool { return out.Data[i].ID < out.Data[j].ID })
+	knownModels.listed(out.Data) // the metrics' model labels (modellabels.go)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
 }
@@ -128,6 +133,7 @@ func (h *LLMRoute) replicaModels(ctx context.Context, t modelsTarget) ([]modelEn
 		fctx, cancel := context.WithTimeout(context.Background(), modelsFetchTimeout)
 		defer cancel()
 		models, err := h.fetchModels(fctx, t)
+		go recheckLists() // modelchoice.go; it takes rm's lock, once this returns
 		rm.mu.Lock()
 		defer rm.mu.Unlock()
 		switch {

@@ -1,6 +1,8 @@
 package caddymodule
 
 import (
+	"encoding/json"
+	"math"
 	"strconv"
 	"testing"
 
@@ -11,29 +13,27 @@ import (
 	"github.com/llmroute/caddy-llmroute/policies"
 )
 
-// TestPrefixLoadOptions parses and sets up prefix_load's cold-placement
-// options: each lands in the strategy's options, and bad values are
-// refused with the option's name.
+// TestPrefixLoadOptions sets up prefix_load's options: peers and
+// index_answers from the Caddyfile, the measured constants from the JSON
+// tuning object, each landing in the strategy's options.
 func TestPrefixLoadOptions(t *testing.T) {
 	var p LLMSelection
 	require.NoError(t, p.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`llm {
 		peers some
-		cold_slack 1.5
-		detour_slack 0.75
-		unique_run 16
 		index_answers off
 	}`)))
 	assert.Equal(t, "some", p.Peers)
-	assert.Equal(t, 1.5, p.ColdSlack)
-	assert.Equal(t, 0.75, p.DetourSlack)
 	require.NotNil(t, p.IndexAnswers)
 	assert.False(t, *p.IndexAnswers)
+	require.NoError(t, json.Unmarshal([]byte(`{"cold_slack":1.5,"detour_slack":0.75,"unique_run":16,"load_slack":-1,"seed":9}`), &p.Tuning))
 	require.NoError(t, p.setup())
 	require.NoError(t, p.Validate())
 	assert.Equal(t, policies.PeersSome, p.opts.Peers)
 	assert.Equal(t, 1.5, p.opts.ColdSlack)
 	assert.Equal(t, 0.75, p.opts.DetourSlack)
 	assert.Equal(t, 16, p.opts.UniqueRun)
+	assert.Zero(t, p.opts.LoadSlack, "-1: no slack")
+	assert.Equal(t, uint64(9), p.opts.Seed)
 	assert.False(t, p.rules.indexAnswers)
 
 	var d LLMSelection
@@ -42,22 +42,11 @@ func TestPrefixLoadOptions(t *testing.T) {
 	assert.Equal(t, policies.DefaultColdSlack, d.opts.ColdSlack)
 	assert.Equal(t, policies.DefaultDetourSlack, d.opts.DetourSlack)
 	assert.Equal(t, policies.DefaultUniqueRun, d.opts.UniqueRun)
-	assert.Zero(t, d.opts.ColdChoices, "default: the adaptive cold rule")
+	assert.Equal(t, policies.DefaultLoadSlack, d.opts.LoadSlack)
 	assert.True(t, d.rules.indexAnswers, "default: answers are indexed")
-
-	var off LLMSelection
-	require.NoError(t, off.UnmarshalCaddyfile(caddyfile.NewTestDispenser("llm {\n cold_slack -1\n index_answers\n}")))
-	assert.Equal(t, -1.0, off.ColdSlack)
-	require.NotNil(t, off.IndexAnswers)
-	assert.True(t, *off.IndexAnswers)
-	require.NoError(t, off.setup())
-	assert.Zero(t, off.opts.ColdSlack, "no slack")
 
 	for _, tt := range []struct{ in, want string }{
 		{"llm {\n peers\n}", "wrong argument count"},
-		{"llm {\n cold_slack lots\n}", "cold_slack"},
-		{"llm {\n detour_slack\n}", "detour_slack"},
-		{"llm {\n unique_run many\n}", "unique_run"},
 		{"llm {\n index_answers maybe\n}", "index_answers"},
 	} {
 		var p LLMSelection
@@ -68,6 +57,8 @@ func TestPrefixLoadOptions(t *testing.T) {
 	}
 	bad := LLMSelection{Peers: "many", BalanceFactor: 1.5}
 	assert.ErrorContains(t, bad.Validate(), "peers")
+	nan := LLMSelection{Tuning: &Tuning{DetourSlack: math.Inf(1)}}
+	assert.ErrorContains(t, nan.setup(), "detour slack")
 }
 
 // TestStateShowsNewPrefixPlacement proves /llm_route/state tells where
@@ -75,7 +66,7 @@ func TestPrefixLoadOptions(t *testing.T) {
 // by load once unique_run requests in a row found nothing seen before,
 // by load alone; nothing for a strategy without homes.
 func TestStateShowsNewPrefixPlacement(t *testing.T) {
-	p := LLMSelection{Peers: "some", UniqueRun: 3}
+	p := LLMSelection{Peers: "some", Tuning: &Tuning{UniqueRun: 3}}
 	require.NoError(t, p.setup())
 	st := p.status()
 	assert.Equal(t, "home", st.NewPrefixes)

@@ -97,14 +97,28 @@ func TestTenReloadsUnderStreamingLoad(t *testing.T) {
 	waitFor(t, "streams in flight", func() bool { return r.state().TotalInFlight > 0 })
 	strategies := []string{"least_load", "prefix_load", "round_robin", "prefix_affinity"}
 	adminURL := fmt.Sprintf("http://127.0.0.1:%d/id/llm_policy/strategy", r.admin)
+	// Every reload lands on streams in flight. The first half meets the
+	// streams admitted under the first config; before the second half a
+	// request sent after the first half must have reached a replica (a
+	// request reaches one at most once, so more receipts than requests
+	// sent until then prove it), so that streams admitted under a
+	// reloaded config are carried over too. (The workers' streams run in
+	// step, so a new request comes about once per stream length: waiting
+	// for one before every reload would multiply the test's time.)
 	for i := range 10 {
+		sentBefore := int64(-1)
+		if i == 5 {
+			sentBefore = sent.Load()
+		}
+		waitFor(t, "streams in flight", func() bool {
+			return a.total.Load()+b.total.Load() > sentBefore && r.state().TotalInFlight > 0
+		})
 		req, _ := http.NewRequest(http.MethodPatch, adminURL, bytes.NewReader([]byte(`"`+strategies[i%len(strategies)]+`"`)))
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		resp.Body.Close()
 		require.Equal(t, 200, resp.StatusCode, "reload %d", i)
-		time.Sleep(150 * time.Millisecond)
 	}
 	close(stop)
 	wg.Wait()
@@ -292,9 +306,9 @@ func TestStrategyMemorySurvivesReload(t *testing.T) {
 		for _, p := range made {
 			retire(p)
 		}
-		legacies.Lock()
-		clear(legacies.m)
-		legacies.Unlock()
+		bequests.Lock()
+		clear(bequests.m)
+		bequests.Unlock()
 	})
 	newPolicy := func(strategy string, pool reverseproxy.UpstreamPool) *LLMSelection {
 		p := &LLMSelection{Strategy: strategy, Peers: "auto"}
@@ -306,9 +320,9 @@ func TestStrategyMemorySurvivesReload(t *testing.T) {
 	}
 	peers := func(p *LLMSelection) bool { return p.strategy.(policies.PeerSensor).Peers() }
 	legacyOf := func(p *LLMSelection) bool {
-		legacies.Lock()
-		defer legacies.Unlock()
-		_, ok := legacies.m[p.poolSig.Load()]
+		bequests.Lock()
+		defer bequests.Unlock()
+		_, ok := bequests.m[p.poolSig.Load()]
 		return ok
 	}
 
@@ -375,9 +389,9 @@ func TestFirstRoutesAtOnce(t *testing.T) {
 			wg.Wait()
 			retire(p)
 			retire(q)
-			legacies.Lock()
-			clear(legacies.m) // next time, no exact predecessor: each looks at the other
-			legacies.Unlock()
+			bequests.Lock()
+			clear(bequests.m) // next time, no exact predecessor: each looks at the other
+			bequests.Unlock()
 		}
 	}()
 	select {
@@ -385,7 +399,7 @@ func TestFirstRoutesAtOnce(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("two first routes waited on each other")
 	}
-	legacies.Lock()
-	clear(legacies.m)
-	legacies.Unlock()
+	bequests.Lock()
+	clear(bequests.m)
+	bequests.Unlock()
 }

@@ -32,6 +32,9 @@ type replicaState struct {
 	addrHash uint64
 	clk      clockwork.Clock
 	belief   *policies.Belief
+	// reports says for which endpoint kinds the engine has reported
+	// cached tokens (cachereport.go).
+	reports reportKinds
 	// metrics caches the replica's feedback counters (feedback.go).
 	metrics replicaCounters
 

@@ -122,6 +122,11 @@ type routeCtx struct {
 	// finish) gives back.
 	holds *slotHolds
 	place *holdPlace
+	// pick is why the policy chose the replica of the latest attempt
+	// (pickreason.go), for the access log; queued says the request went
+	// through the wait queue.
+	pick   string
+	queued bool
 	// trace is the client trace the handler puts in the request's context
 	// (see dialTrace); it lives here to save an allocation per request.
 	trace httptrace.ClientTrace

@@ -25,6 +25,28 @@ type EngineMetricsConfig struct {
 	// StaleAfter is the age past which scraped values count as unknown
 	// (never as idle). Default three intervals.
 	StaleAfter caddy.Duration `json:"stale_after,omitempty"`
+	// APIKey is sent as "Authorization: Bearer <key>" with each scrape:
+	// llama.cpp's server started with --api-key answers /metrics 401
+	// without it (vLLM checks keys under /v1 only, SGLang never on
+	// /metrics). {env.*} and {file.*} placeholders are resolved once.
+	// Default none.
+	APIKey string `json:"api_key,omitempty"`
+
+	// bearer is the resolved Authorization header value ("" for none).
+	bearer string
+}
+
+// resolve resolves the key's placeholders.
+func (c *EngineMetricsConfig) resolve(repl *caddy.Replacer) error {
+	if c.APIKey == "" {
+		return nil
+	}
+	v, err := repl.ReplaceOrErr(c.APIKey, true, true)
+	if err != nil {
+		return fmt.Errorf("engine_metrics api_key: %v", err)
+	}
+	c.bearer = "Bearer " + v
+	return nil
 }
 
 func (c *EngineMetricsConfig) defaults() {
@@ -136,6 +158,9 @@ func (sc *scraper) scrapeOne(ctx context.Context, st *replicaState) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return
+	}
+	if sc.cfg.bearer != "" {
+		req.Header.Set("Authorization", sc.cfg.bearer)
 	}
 	resp, err := sc.client.Do(req)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 	"go.uber.org/zap"
 
+	"github.com/llmroute/caddy-llmroute/internal/agentbody"
 	"github.com/llmroute/caddy-llmroute/policies"
 )
 
@@ -71,7 +72,7 @@ func benchBodies(n, size, tenants int, stream bool) [][]byte {
 // benchPolicy returns a provisioned-enough policy (what Provision sets,
 // without a caddy.Context).
 func benchPolicy(b *testing.B, strategy string, maxInFlight int) *LLMSelection {
-	p := &LLMSelection{Strategy: strategy, MaxInFlight: maxInFlight, QueueSize: 256, BalanceFactor: 1.25, LoadSlack: 2,
+	p := &LLMSelection{Strategy: strategy, MaxInFlight: maxInFlight, QueueSize: 256, BalanceFactor: 1.25,
 		IndexBlocks: defaultIndexBlocks, logger: zap.NewNop()}
 	if err := p.setup(); err != nil {
 		b.Fatal(err)
@@ -217,72 +218,118 @@ func BenchmarkHandler(b *testing.B) {
 		for _, stream := range []bool{false, true} {
 			mode := map[bool]string{false: "json", true: "sse"}[stream]
 			b.Run(fmt.Sprintf("%dKiB/%s", size>>10, mode), func(b *testing.B) {
-				const nBodies = 64
-				bodies := benchBodies(nBodies, size, 8, stream)
-				h := &LLMRoute{Deployment: "bench", MaxBodyBytes: 8 << 20, RequestUsage: true, logger: zap.NewNop()}
-				h.parseCfg = policies.ParseConfig{Deployment: h.Deployment}
-				p := benchPolicy(b, "prefix_load", 1<<20)
-				pool := benchPool(fmt.Sprintf("handler-%d-%s", size, mode), 8)
-				next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
-					// What reverse_proxy does, minus the network: select,
-					// read the (replayed) body, relay the answer.
-					if p.Select(pool, r, w) == nil {
-						return fmt.Errorf("no upstream")
-					}
-					_, _ = io.Copy(io.Discard, r.Body)
-					_ = r.Body.Close()
-					if !stream {
-						w.Header().Set("Content-Type", "application/json")
-						w.WriteHeader(200)
-						_, _ = w.Write(benchJSONAnswer)
-						return nil
-					}
-					w.Header().Set("Content-Type", "text/event-stream")
-					w.WriteHeader(200)
-					rc := http.NewResponseController(w)
-					for range 6 {
-						_, _ = w.Write(benchSSEChunk)
-						_ = rc.Flush()
-					}
-					for _, c := range [][]byte{benchSSEFinish, benchSSEUsage, benchSSEDone} {
-						_, _ = w.Write(c)
-						_ = rc.Flush()
-					}
-					return nil
-				})
-				vars := map[string]any{}
-				ctx := context.WithValue(context.Background(), caddyhttp.VarsCtxKey, vars)
-				ctx = context.WithValue(ctx, caddy.ReplacerCtxKey, caddy.NewReplacer())
-				base, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://bench/v1/chat/completions", nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				base.Header.Set("Content-Type", "application/json")
-				w := &benchWriter{h: http.Header{}}
-				one := func(i int) {
-					body := bodies[i%nBodies]
-					r := *base
-					r.Body = io.NopCloser(bytes.NewReader(body))
-					r.ContentLength = int64(len(body))
-					clear(w.h)
-					if err := h.ServeHTTP(w, &r, next); err != nil {
-						b.Fatal(err)
-					}
-				}
-				for i := range nBodies {
-					one(i)
-				}
-				b.SetBytes(int64(len(bodies[0])))
-				b.ReportAllocs()
-				b.ResetTimer()
-				i := 0
-				for b.Loop() {
-					one(i)
-					i++
-				}
-				b.StopTimer()
-				checkNoReservations(b, p, pool)
+				benchHandler(b, fmt.Sprintf("handler-%d-%s", size, mode), "/v1/chat/completions", benchBodies(64, size, 8, stream), stream)
 			})
 		}
 	}
+	// Coding agents' bodies (internal/agentbody: 51 KiB, 40 tools, a
+	// history of tool calls whose results are source files), as
+	// Anthropic messages and as chat with tools, streamed. The -general
+	// cases send each body with a second "model" field first: the fast
+	// path declines it at that key, and encoding/json (the general path)
+	// parses the rest as it would the body itself (the last "model"
+	// wins), so they measure the general path in the same run.
+	for _, endpoint := range []string{"messages", "chat"} {
+		path, build := "/v1/messages", agentbody.Messages
+		if endpoint == "chat" {
+			path, build = "/v1/chat/completions", agentbody.Chat
+		}
+		bodies := make([][]byte, 64)
+		for i := range bodies {
+			bodies[i] = build(agentbody.Spec{Size: 51 << 10, Tools: 40, Tenant: i % 8, Seed: uint64(i), Stream: true, Model: "bench-model"})
+		}
+		general := make([][]byte, len(bodies))
+		for i, body := range bodies {
+			general[i] = append([]byte(`{"model":"bench-model",`), body[1:]...)
+		}
+		b.Run("agent51KiB/"+endpoint+"/sse", func(b *testing.B) {
+			benchHandler(b, "handler-agent-"+endpoint, path, bodies, true)
+		})
+		b.Run("agent51KiB/"+endpoint+"-general/sse", func(b *testing.B) {
+			benchHandler(b, "handler-agent-general-"+endpoint, path, general, true)
+		})
+	}
 }
+
+// benchHandler runs LLMRoute.ServeHTTP on bodies, in turn, at path, with
+// a next handler that selects and answers as reverse_proxy does (an
+// Anthropic stream on /v1/messages, an OpenAI one elsewhere).
+func benchHandler(b *testing.B, tag, path string, bodies [][]byte, stream bool) {
+	h := &LLMRoute{Deployment: "bench", MaxBodyBytes: 8 << 20, RequestUsage: true, logger: zap.NewNop()}
+	h.parseCfg = policies.ParseConfig{Deployment: h.Deployment}
+	p := benchPolicy(b, "prefix_load", 1<<20)
+	pool := benchPool(tag, 8)
+	events := [][]byte{benchSSEChunk, benchSSEChunk, benchSSEChunk, benchSSEChunk, benchSSEChunk, benchSSEChunk, benchSSEFinish, benchSSEUsage, benchSSEDone}
+	if path == "/v1/messages" {
+		events = benchAnthropicEvents
+	}
+	next := caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+		// What reverse_proxy does, minus the network: select, read the
+		// (replayed) body, relay the answer.
+		if p.Select(pool, r, w) == nil {
+			return fmt.Errorf("no upstream")
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = r.Body.Close()
+		if !stream {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(200)
+			_, _ = w.Write(benchJSONAnswer)
+			return nil
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		rc := http.NewResponseController(w)
+		for _, c := range events {
+			_, _ = w.Write(c)
+			_ = rc.Flush()
+		}
+		return nil
+	})
+	vars := map[string]any{}
+	ctx := context.WithValue(context.Background(), caddyhttp.VarsCtxKey, vars)
+	ctx = context.WithValue(ctx, caddy.ReplacerCtxKey, caddy.NewReplacer())
+	base, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://bench"+path, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	base.Header.Set("Content-Type", "application/json")
+	w := &benchWriter{h: http.Header{}}
+	one := func(i int) {
+		body := bodies[i%len(bodies)]
+		r := *base
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		clear(w.h)
+		if err := h.ServeHTTP(w, &r, next); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range bodies {
+		one(i)
+	}
+	b.SetBytes(int64(len(bodies[0])))
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		one(i)
+		i++
+	}
+	b.StopTimer()
+	checkNoReservations(b, p, pool)
+}
+
+// benchAnthropicEvents is an Anthropic stream of six text deltas, with
+// the usage in message_start and message_delta.
+var benchAnthropicEvents = func() [][]byte {
+	ev := func(typ, data string) []byte { return []byte("event: " + typ + "\ndata: " + data + "\n\n") }
+	out := [][]byte{ev("message_start", `{"type":"message_start","message":{"id":"msg_bench","type":"message","role":"assistant","model":"bench-model","content":[],"stop_reason":null,"usage":{"input_tokens":512,"cache_read_input_tokens":12800,"output_tokens":1}}}`),
+		ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)}
+	for range 6 {
+		out = append(out, ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" token"}}`))
+	}
+	return append(out, ev("content_block_stop", `{"type":"content_block_stop","index":0}`),
+		ev("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":6}}`),
+		ev("message_stop", `{"type":"message_stop"}`))
+}()

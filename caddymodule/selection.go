@@ -99,28 +99,14 @@ type LLMSelection struct {
 	// consecutive_5xx. 1 cools at the first. Default 3.
 	StatusFails int `json:"status_fails,omitempty"`
 
-	// BalanceFactor is prefix_load's load bound: a replica stays a candidate
-	// while its load+1 is at most BalanceFactor times the mean load (+1)
-	// plus LoadSlack (1.25 is HAProxy's hash-balance-factor 125). Load is
+	// BalanceFactor is the load bound of prefix_load, prefix affinity's
+	// sessions and pins: a replica stays a candidate while its load+1 is
+	// at most BalanceFactor times the mean load (+1) plus a slack of 2
+	// requests (1.25 is HAProxy's hash-balance-factor 125). Load is
 	// in-flight requests, those still awaiting their first byte counted
-	// twice, plus the engine's queue when known. Default 1.5.
+	// twice, plus the engine's queue when known. Larger keeps a hot prefix
+	// on its replica longer; nearer 1 spreads it sooner. Default 1.5.
 	BalanceFactor float64 `json:"balance_factor,omitempty"`
-
-	// LoadSlack is the absolute slack, in requests, added to the load bound
-	// so that a prefix group is not split while the replicas are nearly
-	// idle. Default 2.
-	LoadSlack int `json:"load_slack,omitempty"`
-
-	// ColdChoices selects where prefix_load sends a cold prefix (one no
-	// replica is believed to hold). Unset (0, the default): a new prefix
-	// goes to the replica with the least prefill pending and that replica
-	// becomes its home; with peers (see Peers) it goes to its rendezvous
-	// home unless that one has more prefill pending than ColdSlack allows. 1, 2 and 3
-	// are the rules of earlier releases: 1 always the rendezvous home
-	// (every instance agrees; traffic that shares nothing is hashed, not
-	// balanced), 2 that or the second-ranked replica when less loaded, 3
-	// the least-loaded replica, ties to the home.
-	ColdChoices int `json:"cold_choices,omitempty"`
 
 	// Peers says whether other router instances (or other clients) send to
 	// the same replicas: "auto" (the default) infers it from engine_metrics
@@ -130,42 +116,6 @@ type LLMSelection struct {
 	// with peers it keeps them at their rendezvous home, which every
 	// instance computes alike, within ColdSlack.
 	Peers string `json:"peers,omitempty"`
-
-	// ColdSlack is, with peers, how much more pending prefill (prompt this
-	// router sent that is believed uncached and awaits its first byte) a
-	// new prefix's rendezvous home may have than the least-loaded replica,
-	// as a fraction of the new prefix's own prompt, for the prefix to go
-	// home anyway. Larger makes instances agree more often on a new
-	// prefix's first placement; smaller keeps traffic that shares nothing
-	// from queueing behind itself. Default 0.5 (going home never delays a
-	// first token by more than half the prefill it needs anyway); -1: home
-	// only when it has no more pending than the least.
-	ColdSlack float64 `json:"cold_slack,omitempty"`
-
-	// DetourSlack is how much more prefill, as a fraction of the request's
-	// prompt, a request may wait behind at the replica its prefix belongs
-	// to (its history, its leading run, its home) than at the cheapest
-	// replica within the load bound, counting at each the prompt this
-	// router has pending there plus the request's own part not believed
-	// resident there, before prefix_load sends it to the cheapest instead
-	// (a detour: the prefix keeps its home). Larger keeps more cache hits
-	// and queues more behind a busy home. Default 1.5; -1: a detour as soon
-	// as another replica is cheaper.
-	DetourSlack float64 `json:"detour_slack,omitempty"`
-
-	// UniqueRun is, with peers and no homes_directory, how many requests
-	// in a row that find no prefix this router has seen before (none
-	// believed cached, none with a home) make prefix_load place new
-	// prefixes by load, as a lone router does, instead of at their
-	// rendezvous home, until a prefix comes back: one this router has
-	// seen, or one it believed cold that the engine reports at least half
-	// cached (another router placed it). Traffic that shares nothing gains
-	// nothing from the home and pays for it at the tail. With
-	// homes_directory, such a run takes the claims of new prefixes off
-	// the request's path (answered later; one naming another router's
-	// home ends the run). Default 64; -1: never (the rendezvous home
-	// whatever the traffic, every claim on the path).
-	UniqueRun int `json:"unique_run,omitempty"`
 
 	// HomesDirectory, when set, shares where each new prefix was first
 	// placed with the other router instances through Valkey or Redis
@@ -180,15 +130,6 @@ type LLMSelection struct {
 	// carry it (the engine caches the KV of the tokens it generates), so
 	// that a conversation's next turn is predicted whole. Default true.
 	IndexAnswers *bool `json:"index_answers,omitempty"`
-
-	// ColdBalanceFactor is the looser load bound a cold prefix's home must
-	// be within (cold_choices 1): past it the prefix goes to the next
-	// rendezvous-ranked replica. It is looser than balance_factor because
-	// each router instance judges load from its own requests only, and a
-	// new prefix should land where every instance would put it; a prefix
-	// already resident on a replica over balance_factor still spills by
-	// balance_factor. Default 3 (never below balance_factor).
-	ColdBalanceFactor float64 `json:"cold_balance_factor,omitempty"`
 
 	// IndexBlocks is the capacity, in 128-byte blocks (2 MiB of prompt text
 	// by default), of each replica's residency index until the engine
@@ -218,8 +159,20 @@ type LLMSelection struct {
 	// duration, so it takes load gradually. Default 0 (off).
 	SlowStart caddy.Duration `json:"slow_start,omitempty"`
 
-	// Seed makes the strategies' random tie-breaks reproducible. Default 0.
-	Seed uint64 `json:"seed,omitempty"`
+	// CacheReport says whether the replicas' silence about cached tokens
+	// means none were cached, so that a miss is counted and the index
+	// corrected: "auto" (the default) once a replica has reported cached
+	// tokens for that endpoint kind (vLLM and SGLang write the figure only
+	// when it is above 0, llama.cpp always); "always" from the first
+	// answer (engines configured to report: vLLM's
+	// --enable-prompt-tokens-details, SGLang's --enable-cache-report);
+	// "never" ignores the reports (the index is then corrected only by
+	// the engines' metrics).
+	CacheReport string `json:"cache_report,omitempty"`
+
+	// Tuning holds prefix_load's measured constants, for experiments
+	// only: JSON, no Caddyfile directive (see Tuning).
+	Tuning *Tuning `json:"tuning,omitempty"`
 
 	// EngineMetrics, when set, scrapes each replica's Prometheus metrics
 	// (vLLM, SGLang or llama.cpp names) and feeds queue length and cache
@@ -279,6 +232,9 @@ func (p *LLMSelection) Provision(ctx caddy.Context) error {
 	registerMetrics(ctx)
 	p.decision = metricDecision.WithLabelValues(p.strategy.Name())
 	if p.EngineMetrics != nil {
+		if err := p.EngineMetrics.resolve(caddy.NewReplacer()); err != nil {
+			return err
+		}
 		p.scraper = newScraper(*p.EngineMetrics, p.logger)
 	}
 	goLive(p)
@@ -324,9 +280,6 @@ func (p *LLMSelection) setup() error {
 	if p.BalanceFactor == 0 {
 		p.BalanceFactor = policies.DefaultBalanceFactor
 	}
-	if p.LoadSlack == 0 {
-		p.LoadSlack = policies.DefaultLoadSlack
-	}
 	if p.IndexBlocks == 0 {
 		p.IndexBlocks = defaultIndexBlocks
 	}
@@ -339,17 +292,8 @@ func (p *LLMSelection) setup() error {
 	if p.SlotHold > 0 {
 		p.holds = slotTracker // package-level: a reload keeps it (slothold.go)
 	}
-	opts := policies.Options{
-		Seed:              p.Seed,
-		BalanceFactor:     p.BalanceFactor,
-		LoadSlack:         p.LoadSlack,
-		ColdChoices:       p.ColdChoices,
-		ColdBalanceFactor: p.ColdBalanceFactor,
-		Peers:             peerModes[p.Peers],
-		ColdSlack:         p.ColdSlack,
-		DetourSlack:       p.DetourSlack,
-		UniqueRun:         p.UniqueRun,
-	}
+	opts := p.Tuning.options()
+	opts.BalanceFactor, opts.Peers = p.BalanceFactor, peerModes[p.Peers]
 	if p.HomesDirectory != nil {
 		d, err := homesDirectory(*p.HomesDirectory, p.logger)
 		if err != nil {
@@ -359,7 +303,7 @@ func (p *LLMSelection) setup() error {
 	}
 	var err error
 	// The strategy resolves opts itself (WithDefaults is not idempotent for
-	// a negative load_slack); p.opts keeps the same resolution for /state.
+	// a negative load slack); p.opts keeps the same resolution for /state.
 	if p.opts, err = opts.WithDefaults(); err != nil {
 		return err
 	}
@@ -380,6 +324,7 @@ func (p *LLMSelection) setup() error {
 	}
 	p.rules.indexAnswers = p.IndexAnswers == nil || *p.IndexAnswers
 	p.rules.observer, _ = p.strategy.(policies.CheckObserver)
+	p.rules.cacheReport = p.CacheReport
 	return nil
 }
 
@@ -406,17 +351,17 @@ func (p *LLMSelection) Validate() error {
 	if p.SlotHold < 0 {
 		return fmt.Errorf("slot_hold must be >= 0, got %v", time.Duration(p.SlotHold))
 	}
-	if p.ColdChoices < 0 {
-		return fmt.Errorf("cold_choices must be >= 1, got %d", p.ColdChoices)
-	}
 	if _, ok := peerModes[p.Peers]; !ok {
 		return fmt.Errorf(`peers must be "auto", "none" or "some", got %q`, p.Peers)
 	}
 	if p.BalanceFactor < 1 {
 		return fmt.Errorf("balance_factor must be >= 1, got %v", p.BalanceFactor)
 	}
-	if p.ColdBalanceFactor != 0 && !(p.ColdBalanceFactor >= 1) {
-		return fmt.Errorf("cold_balance_factor must be >= 1, got %v", p.ColdBalanceFactor)
+	if err := validCacheReport(p.CacheReport); err != nil {
+		return err
+	}
+	if err := p.Tuning.validate(); err != nil {
+		return err
 	}
 	if p.EngineMetrics != nil {
 		return p.EngineMetrics.validate()
@@ -458,6 +403,7 @@ func (p *LLMSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _
 		p.warnOnce.Do(func() {
 			p.logger.Warn("lb_policy llm used without the llm_route handler: no prefix keys, no reservations, no queue")
 		})
+		logUntracked(r)
 		return p.selectUntracked(pool)
 	}
 	retry, rejected := rc.pending()

@@ -9,6 +9,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 // TestSelectionCaddyfile parses lb_policy llm blocks: every option lands
@@ -28,15 +30,13 @@ func TestSelectionCaddyfile(t *testing.T) {
 			queue_timeout 3s
 			slow_start 10s
 			slot_hold 2s
-			cooldown 2s 20s
-			dial_timeout_fails 5 30s
-			fail_status 500 502
+			cooldown 2s 20s {
+				dial_timeout_fails 5 30s
+				fail_status 500 502
+				status_fails 4
+			}
 			balance_factor 1.25
-			cold_balance_factor 2.5
-			load_slack 3
-			cold_choices 2
 			index_blocks 4096
-			seed 7
 		}`, func(t *testing.T, p *LLMSelection) {
 			assert.Equal(t, "prefix_load", p.Strategy)
 			assert.Equal(t, 8, p.MaxInFlight)
@@ -49,12 +49,13 @@ func TestSelectionCaddyfile(t *testing.T) {
 			assert.Equal(t, 5, p.DialTimeoutFails)
 			assert.Equal(t, caddy.Duration(30*time.Second), p.DialTimeoutWindow)
 			assert.Equal(t, []int{500, 502}, p.FailStatus)
+			assert.Equal(t, 4, p.StatusFails)
 			assert.Equal(t, 1.25, p.BalanceFactor)
-			assert.Equal(t, 2.5, p.ColdBalanceFactor)
-			assert.Equal(t, 3, p.LoadSlack)
-			assert.Equal(t, 2, p.ColdChoices)
 			assert.Equal(t, 4096, p.IndexBlocks)
-			assert.Equal(t, uint64(7), p.Seed)
+		}},
+		{"cooldown block alone keeps the defaults of its arguments", "llm {\n cooldown {\n status_fails 1\n }\n}", func(t *testing.T, p *LLMSelection) {
+			assert.Zero(t, p.CooldownBase)
+			assert.Equal(t, 1, p.StatusFails)
 		}},
 	}
 	for _, tt := range good {
@@ -66,15 +67,28 @@ func TestSelectionCaddyfile(t *testing.T) {
 	}
 	bad := []struct{ in, want string }{
 		{`llm prefix_load extra`, "wrong argument count"},
-		{"llm {\n cold_balance_factor\n}", "wrong argument count"},
-		{"llm {\n cold_balance_factor lots\n}", "cold_balance_factor"},
+		{"llm {\n balance_factor\n}", "wrong argument count"},
 		{"llm {\n balance_factor x\n}", "balance_factor"},
 		{"llm {\n max_in_flight many\n}", "max_in_flight"},
-		{"llm {\n fail_status 99\n}", "fail_status"},
+		{"llm {\n cooldown 1s {\n fail_status 99\n }\n}", "fail_status"},
 		{"llm {\n cooldown soon\n}", "cooldown"},
-		{"llm {\n dial_timeout_fails\n}", "wrong argument count"},
-		{"llm {\n dial_timeout_fails some\n}", "dial_timeout_fails"},
-		{"llm {\n dial_timeout_fails 3 later\n}", "dial_timeout_fails"},
+		{"llm {\n cooldown\n}", "wrong argument count"},
+		{"llm {\n cooldown 1s 2s 3s\n}", "wrong argument count"},
+		{"llm {\n cooldown 1s {\n dial_timeout_fails\n }\n}", "wrong argument count"},
+		{"llm {\n cooldown 1s {\n dial_timeout_fails some\n }\n}", "dial_timeout_fails"},
+		{"llm {\n cooldown 1s {\n dial_timeout_fails 3 later\n }\n}", "dial_timeout_fails"},
+		{"llm {\n cooldown 1s {\n probe_every 3\n }\n}", "unrecognized cooldown option"},
+		// Removed directives say what replaced them.
+		{"llm {\n cold_choices 1\n}", "one rule for new prefixes"},
+		{"llm {\n detour_slack 0.5\n}", `"tuning" object`},
+		{"llm {\n cold_slack 1\n}", `"tuning" object`},
+		{"llm {\n load_slack 1\n}", `"tuning" object`},
+		{"llm {\n unique_run 1\n}", `"tuning" object`},
+		{"llm {\n cold_balance_factor 2\n}", `"tuning" object`},
+		{"llm {\n seed 7\n}", `"tuning" object`},
+		{"llm {\n fail_status 500\n}", "subdirective of cooldown"},
+		{"llm {\n status_fails 2\n}", "subdirective of cooldown"},
+		{"llm {\n dial_timeout_fails 2\n}", "subdirective of cooldown"},
 		{"llm {\n colour blue\n}", "unrecognized"},
 		{"llm {\n slot_hold a_while\n}", "slot_hold"},
 	}
@@ -87,14 +101,14 @@ func TestSelectionCaddyfile(t *testing.T) {
 	}
 }
 
-// TestSelectionValidateColdBalanceFactor: a cold bound below 1 is refused;
-// unset keeps the default.
+// TestSelectionValidateColdBalanceFactor: a cold bound below 1 in the
+// tuning object is refused; unset keeps the default.
 func TestSelectionValidateColdBalanceFactor(t *testing.T) {
 	for _, tt := range []struct {
 		f  float64
 		ok bool
 	}{{0, true}, {1, true}, {2.5, true}, {0.5, false}, {-1, false}} {
-		p := LLMSelection{ColdBalanceFactor: tt.f, BalanceFactor: 1.5}
+		p := LLMSelection{Tuning: &Tuning{ColdBalanceFactor: tt.f}, BalanceFactor: 1.5}
 		err := p.Validate()
 		if tt.ok {
 			assert.NoError(t, err, "%v", tt.f)
@@ -130,7 +144,6 @@ func TestStateShowsEffectivePolicy(t *testing.T) {
 	reverse_proxy %s {
 		lb_policy llm {
 			max_in_flight 7
-			cold_balance_factor 2.5
 		}
 	}`, f.addr))
 	pol := r.state().Policies
@@ -138,11 +151,10 @@ func TestStateShowsEffectivePolicy(t *testing.T) {
 	p := pol[0]
 	assert.Equal(t, "prefix_load", p.Strategy)
 	assert.Equal(t, 7, p.MaxInFlight)
-	assert.Equal(t, 2.5, p.ColdBalanceFactor)
+	assert.Equal(t, policies.DefaultColdBalanceFactor, p.ColdBalanceFactor)
 	assert.Equal(t, 256, p.QueueSize)
 	assert.Equal(t, 30*time.Second, p.QueueTimeout)
 	assert.Equal(t, 1.5, p.BalanceFactor)
-	assert.Equal(t, 0, p.ColdChoices, "the adaptive cold rule")
 	assert.Equal(t, 3, p.DialTimeoutFails)
 	assert.False(t, p.EngineMetrics)
 }

@@ -175,7 +175,14 @@ func TestCoolingAndProbe(t *testing.T) {
 		return f.cur.Load() == 1 && s.Queued == 2
 	})
 	assert.True(t, r.replica(f.addr).Probing)
-	time.Sleep(100 * time.Millisecond)
+	// The queue moves only when a pass runs (an arrival, a release, a
+	// cooldown's end): run one that attempts every waiter, to its end.
+	// Whatever a later wake could admit, this one admits, and an admitted
+	// request holds its slot before the pass ends.
+	waiters.waitPass(context.Background(), waiters.kick(true, false))
+	st = r.replica(f.addr)
+	assert.Equal(t, 1, st.InFlight, "only the probe may hold a slot after its cooldown")
+	assert.Equal(t, 2, r.state().Queued)
 	assert.Equal(t, int64(1), f.cur.Load(), "only the probe may reach a replica after its cooldown")
 	close(hold)
 	wg.Wait()
@@ -377,8 +384,10 @@ func TestRefusedAndFailStatus(t *testing.T) {
 	llm_route
 	reverse_proxy %s %s {
 		lb_policy llm round_robin {
-			fail_status 500
-			status_fails 1
+			cooldown 1s 30s {
+				fail_status 500
+				status_fails 1
+			}
 		}
 		lb_retries 1
 	}`, dead, live.addr))

@@ -30,7 +30,13 @@ func startSim(t *testing.T, name string) (*simreplica.Server, string) {
 // speed (simengine.Config.Speed).
 func startSimWith(t *testing.T, name string, outputTokens int, speed float64) (*simreplica.Server, string) {
 	t.Helper()
-	cfg := simreplica.Config{Name: name, OutputTokens: outputTokens, RestartDown: -1}
+	return startSimAs(t, name, outputTokens, speed, simreplica.VLLM)
+}
+
+// startSimAs is startSimWith answering as engine p.
+func startSimAs(t *testing.T, name string, outputTokens int, speed float64, p simreplica.Personality) (*simreplica.Server, string) {
+	t.Helper()
+	cfg := simreplica.Config{Name: name, OutputTokens: outputTokens, RestartDown: -1, Personality: p}
 	cfg.Engine = simengine.DefaultConfig()
 	cfg.Engine.Speed = speed
 	s, err := simreplica.New(cfg)
@@ -61,6 +67,9 @@ func TestEngineFeedbackWithSimulatedReplicas(t *testing.T) {
 				interval 50ms
 				timeout 500ms
 			}
+			# vLLM with --enable-prompt-tokens-details: its silence on the
+			# cold first answer is 0 cached, so that one is checked too.
+			cache_report always
 		}
 	}`, a1, a2))
 	sys := strings.Repeat("You are a meticulous assistant who answers in short sentences. ", 30)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -26,7 +27,15 @@ import (
 // first waiter, one at a time, in arrival order; the bound lets a waiter
 // go beside the running one; a client that leaves gets no place; other
 // prompts never wait; and every place is given back.
+//
+// It runs in a synctest bubble so that quiet can prove a waiter did not
+// pass: once every goroutine of the bubble is blocked, one that could
+// pass would have sent its outcome already.
 func TestSlotHoldsEnter(t *testing.T) {
+	synctest.Test(t, testSlotHoldsEnter)
+}
+
+func testSlotHoldsEnter(t *testing.T) {
 	clk := clockwork.NewFakeClock()
 	h := newSlotHolds(clk)
 	ctx := context.Background()
@@ -45,11 +54,12 @@ func TestSlotHoldsEnter(t *testing.T) {
 	}
 	quiet := func(chs ...chan entered) {
 		t.Helper()
+		synctest.Wait()
 		for _, ch := range chs {
 			select {
 			case e := <-ch:
 				t.Fatalf("passed while the prompt ran: %v", e.out)
-			case <-time.After(20 * time.Millisecond):
+			default:
 			}
 		}
 	}
@@ -176,10 +186,13 @@ func TestSelectSlotHold(t *testing.T) {
 				assert.Nil(t, p.holds)
 				return
 			}
+			// Listed as waiting, it stays in enter until the running
+			// request ends (or a minute passes): nothing else lets it go.
+			waitFor(t, "the second request held", func() bool { return p.holds.status(0).Waiting == 1 })
 			select {
 			case <-ch2:
 				t.Fatal("went while a request of its prompt ran")
-			case <-time.After(50 * time.Millisecond):
+			default:
 			}
 			rc1.finish(neutralEnd)
 			select {
@@ -211,7 +224,9 @@ func TestSlotHoldThroughCaddy(t *testing.T) {
 	second := postAsync(t, r, a, "hold-2", sys)
 	other := postAsync(t, r, a, "hold-other", "another prompt altogether "+strings.Repeat("o", 400))
 	waitFor(t, "the other prompt at the replica", func() bool { return a.count("hold-other") == 1 })
-	time.Sleep(50 * time.Millisecond) // time for the held one to go, were it not held
+	// Once held, it leaves the hold only when the first request ends,
+	// which the fake holds back.
+	waitHeld(t, r, 1)
 	assert.Zero(t, a.count("hold-2"), "reached the replica while its prompt ran")
 	slotHold := func() *stateapi.SlotHold {
 		st := r.state()

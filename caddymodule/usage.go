@@ -352,8 +352,15 @@ func (s *usageSniffer) readDecoded(doc []byte) bool {
 	case u.Message != nil && u.Message.Usage != nil && u.Message.Usage.CacheReadInputTokens != nil:
 		s.readAnthropic(u.Message.Usage)
 	case u.Usage != nil && u.Usage.PromptTokens > 0:
-		// Usage without details: the engine does not report cached tokens.
+		// Usage without details: no cached tokens reported (whether that
+		// means none is the replica's record: cachereport.go).
 		s.promptTokens = u.Usage.PromptTokens
+	case u.Usage != nil && u.Usage.InputTokens > 0:
+		// Anthropic's shape without cache_read_input_tokens (vLLM, SGLang):
+		// input_tokens is then the whole prompt.
+		s.promptTokens = u.Usage.InputTokens
+	case u.Message != nil && u.Message.Usage != nil && u.Message.Usage.InputTokens > 0:
+		s.promptTokens = u.Message.Usage.InputTokens
 	}
 	if u.Usage != nil {
 		s.countTokens(u.Usage.PromptTokens, u.Usage.tokenCounts)

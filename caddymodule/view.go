@@ -147,9 +147,12 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 		res.shed = true // the rest of the pool is kept for higher bands
 		return nil, res
 	}
+	if rc.req != nil {
+		leaveOutOtherModels(view, rc.req.Model, now) // modelchoice.go
+	}
 	pinned := pinTo(rc, view, sc.downs, &res)
 	for range len(view) {
-		i, how := p.pick(rc, keys, view, pinned)
+		i, how, why := p.pick(rc, keys, view, pinned)
 		if i < 0 {
 			break
 		}
@@ -161,6 +164,7 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 		if !rc.begin(a) {
 			return nil, res
 		}
+		rc.setPick(p.pickReason(pinned >= 0, how, why), queued)
 		if how != "" {
 			metricSessionRoutes.WithLabelValues(how).Inc()
 			sessionHomes.Add(rc.sessionKey, view[i].Addr)
@@ -229,28 +233,33 @@ func (p *LLMSelection) statesOf(pool reverseproxy.UpstreamPool, gone map[string]
 // pick chooses among view: the replica holding the request's response
 // state when it has one (pinned), a session's home or new home by
 // policies.PickSession (for the prefix strategies), else the strategy's
-// pick. how names a session's placement for metrics ("" for none).
-func (p *LLMSelection) pick(rc *routeCtx, keys policies.Keys, view []policies.Replica, pinned int) (int, string) {
+// pick. how names a session's placement for metrics ("" for none), why
+// the strategy's rule when it names one (policies.Reasoner).
+func (p *LLMSelection) pick(rc *routeCtx, keys policies.Keys, view []policies.Replica, pinned int) (int, string, policies.Reason) {
 	switch {
 	case pinned >= 0:
 		if view[pinned].Free() {
-			return pinned, ""
+			return pinned, "", ""
 		}
-		return -1, ""
+		return -1, "", ""
 	case rc.sessionKey != 0 && p.strategy.Name() != "round_robin" && p.strategy.Name() != "least_load":
 		home, _ := sessionHomes.Get(rc.sessionKey)
 		i := policies.PickSession(rc.sessionKey, home, view, p.opts)
 		switch {
 		case i < 0:
-			return -1, ""
+			return -1, "", ""
 		case home == "":
-			return i, "new"
+			return i, "new", ""
 		case view[i].Addr == home:
-			return i, "home"
+			return i, "home", ""
 		}
-		return i, "moved"
+		return i, "moved", ""
 	}
-	return p.strategy.Pick(keys, view), ""
+	if r, ok := p.strategy.(policies.Reasoner); ok {
+		i, why := r.PickReason(keys, view)
+		return i, "", why
+	}
+	return p.strategy.Pick(keys, view), "", ""
 }
 
 // pinTo returns the index in view of the replica holding the response

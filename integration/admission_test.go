@@ -377,14 +377,26 @@ func sendOthers(t *testing.T, e *env, n int, what string) <-chan *result {
 	return out
 }
 
+// enlisted counts the requests that wait in the queue after the pass of
+// their own arrival (each policy's queued): that pass attempted them and
+// left them waiting.
+func enlisted(st stateapi.State) int {
+	n := int64(0)
+	for _, p := range st.Policies {
+		n += p.Queued
+	}
+	return int(n)
+}
+
 // waitProbeAndOthers waits until the probe is in flight and the n others
-// are either all queued behind it or all answered; it reports which.
+// are either all queued behind it, each left waiting by the pass of its
+// arrival, or all answered; it reports which.
 func waitProbeAndOthers(t *testing.T, e *env, addr string, others <-chan *result, n int) (queued bool, answered []*result) {
 	t.Helper()
 	deadline := time.After(5 * time.Second)
 	for len(answered) < n {
 		st := e.state()
-		if st.Queued == n {
+		if st.Queued == n && enlisted(st) == n {
 			return true, nil
 		}
 		select {
@@ -478,9 +490,11 @@ func TestCooldownEndsWithSingleProbe(t *testing.T) {
 		others := sendOthers(t, e, n, "during the probe")
 		queued, _ := waitProbeAndOthers(t, e, addr, others, n)
 		require.True(t, queued, "requests that arrive while the probe awaits its headers must wait in the queue")
-		// The queue is woken by releases and timers, not polling: give a
-		// wrongly admitted request time to show.
-		time.Sleep(200 * time.Millisecond)
+		// The queue moves only when a pass runs, and a pass admits before
+		// it ends: each of the others was attempted by its arrival's pass
+		// and left waiting, and nothing asks for another pass until the
+		// probe's headers (no slot is released; the cooldown's end woke
+		// the queue a millisecond after it, before the others came).
 		assert.Equal(t, before+1, e.tracker.Total(), "only the probe may reach the replica before its headers")
 		assert.Equal(t, n, e.state().Queued)
 
@@ -691,9 +705,10 @@ func TestQueuedRequestsAdmittedTogetherAfterProbe(t *testing.T) {
 			}
 		}
 	})
-	// Wait until all three are queued behind the probe.
+	// Wait until all three are queued behind the probe, each left waiting
+	// by the pass of its arrival.
 	deadline := time.Now().Add(5 * time.Second)
-	for e.state().Queued != n {
+	for st := e.state(); st.Queued != n || enlisted(st) != n; st = e.state() {
 		select {
 		case s := <-opened:
 			taken++

@@ -271,15 +271,12 @@ func dynamicJoin(t *testing.T, kind string) {
 	joiner := d.keys[n]
 	jrep := d.reps[n].Addr() // the joiner as the tracker knows it
 
-	first := time.Now()
 	before := d.warmUp(n)
 	require.Zero(t, count(before, joiner))
 
-	// Let the first replicas' own slow start pass, so that the load below
-	// fills their whole caps.
-	time.Sleep(time.Until(first.Add(slowStart + 200*time.Millisecond)))
-
-	// Held-stream load: more streams than the three replicas' slots.
+	// Held-stream load: more streams than the three replicas' slots. It
+	// fills their whole caps only once their own slow start has passed,
+	// which the wait for saturation below observes.
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	var sent, failed atomic.Int64
@@ -297,7 +294,7 @@ func dynamicJoin(t *testing.T, kind string) {
 			}
 		}()
 	}
-	saturated := d.tracker.WaitFor(10*time.Second, func(v fakereplica.View) bool {
+	saturated := d.tracker.WaitFor(slowStart+10*time.Second, func(v fakereplica.View) bool {
 		c := 0
 		for _, rp := range d.reps[:n] {
 			c += v.Concurrent(rp.Addr())
@@ -410,7 +407,11 @@ func dynamicLeave(t *testing.T, kind string) {
 		}
 	}
 	require.GreaterOrEqual(t, len(leaverPrefixes), held)
-	// The leaver's cap must allow the held streams.
+	// The leaver's cap must allow the held streams. Its slow start runs
+	// on the router's clock and /llm_route/state does not show a cap, so
+	// the test waits the ramp out: first is taken before the first
+	// request, at whose selection llmroute first saw the replicas, and
+	// the margin covers the gap.
 	time.Sleep(time.Until(first.Add(slowStart + 200*time.Millisecond)))
 
 	// Hold streams on the leaver: its own warm prefixes go there.

@@ -148,6 +148,9 @@ func TestNoisyNeighbourFairShare(t *testing.T) {
 		e.waitState(5*time.Second, "the flood's backlog", func(st stateapi.State) bool { return st.Queued >= 8 })
 		var quiet []sent
 		for range 12 {
+			// A trickle, not a closed loop: sent at once, a request would
+			// arrive on the release its own answer made, which the flood
+			// takes, and wait for the next release every time.
 			time.Sleep(100 * time.Millisecond)
 			id := newID(t)
 			s := sent{id: id, at: time.Now(), tenant: "quiet"}
@@ -238,10 +241,14 @@ func TestWeightedTenantsGetTheirShare(t *testing.T) {
 		l, _ := st.Tenant("light")
 		return h.Queued >= 4 && l.Queued >= 4
 	})
-	from := time.Now().Add(300 * time.Millisecond)
-	time.Sleep(3 * time.Second)
-	to := time.Now()
-	close(stop)
+	// The window is a count of admissions, not a span of time, so that a
+	// slow machine makes it longer rather than too small to judge: the
+	// first ones go while the fair queue settles, then 160 are counted.
+	var halt sync.Once
+	t.Cleanup(func() { halt.Do(func() { close(stop) }) }) // a failed wait stops the floods too
+	from := waitReceived(t, e, e.tracker.Total()+16)
+	to := waitReceived(t, e, e.tracker.Total()+160)
+	halt.Do(func() { close(stop) })
 	counts := map[string]int{}
 	for _, s := range append(heavy(), light()...) {
 		requireStreamComplete(t, s.res)
@@ -253,6 +260,18 @@ func TestWeightedTenantsGetTheirShare(t *testing.T) {
 	t.Logf("admitted while both backlogged: heavy %d, light %d (%.2f : 1)", counts["heavy"], counts["light"], ratio)
 	require.Greater(t, counts["light"], 10, "enough admissions to judge")
 	assert.InDelta(t, 3.0, ratio, 0.6, "weights 3 and 1")
+}
+
+// waitReceived waits (bounded) until the replicas have received n
+// requests in all, and returns when it saw them.
+func waitReceived(t *testing.T, e *env, n int) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; e.tracker.Total() < n; i++ {
+		require.True(t, i < 10000 && time.Now().Before(deadline), "%d of %d requests received", e.tracker.Total(), n)
+		time.Sleep(2 * time.Millisecond)
+	}
+	return time.Now()
 }
 
 // TestPriorityBandsUnderSaturation holds the only slot, queues requests

@@ -2,7 +2,6 @@ package policies
 
 import (
 	"encoding/binary"
-	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/zeebo/xxh3"
@@ -43,8 +42,6 @@ type sink struct {
 	max    int
 	blocks []uint64
 	total  int // bytes written, including those past the block cap
-
-	rune [utf8.UTFMax]byte // writeUnquoted's scratch
 }
 
 // initChain makes c a chain whose first block is seeded with leading.

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/llmroute/caddy-llmroute/internal/agentbody"
 )
 
 // parseBoth checks the chat fast path against the general one
@@ -80,6 +82,17 @@ func (d *damaged) check(t *testing.T) {
 	}
 }
 
+// exact fails t unless the tallies are these: the generated bodies are
+// seeded, so a change of what a fast path accepts (a rewrite of its
+// scanner above all) shows as a change of count, not only as a mismatch
+// with the general path on a body it still accepts.
+func (d *damaged) exact(t *testing.T, cuts, muts, mutsAccepted int) {
+	t.Helper()
+	if d.cuts != cuts || d.muts != muts || d.mutsAccepted != mutsAccepted {
+		t.Errorf("tallies: %d truncations, %d/%d mutations accepted; want %d, %d/%d", d.cuts, d.mutsAccepted, d.muts, cuts, mutsAccepted, muts)
+	}
+}
+
 // fastChatBodies are well-formed chat bodies of the kind the fast path is
 // for (string or null contents, ordinary and unknown fields, escapes,
 // spaces): it must accept every one, so that comparing it with the
@@ -114,8 +127,9 @@ var fastChatBodies = []string{
 // checkFixedBodies runs both (a parseBoth) under cfg and the default
 // config on the bodies a fast path is meant for, each of which must be
 // JSON and accepted, and on odd bodies it may decline, where it must still
-// agree when it accepts.
-func checkFixedBodies(t *testing.T, both func(*testing.T, []byte, ParseConfig) bool, cfg ParseConfig, meant, odd []string) {
+// agree when it accepts; it returns how many odd bodies it accepted (under
+// cfg and the default config, counted apart).
+func checkFixedBodies(t *testing.T, both func(*testing.T, []byte, ParseConfig) bool, cfg ParseConfig, meant, odd []string) (oddAccepted int) {
 	t.Helper()
 	for _, b := range meant {
 		if !json.Valid([]byte(b)) {
@@ -128,9 +142,13 @@ func checkFixedBodies(t *testing.T, both func(*testing.T, []byte, ParseConfig) b
 		}
 	}
 	for _, b := range odd {
-		both(t, []byte(b), cfg)
-		both(t, []byte(b), ParseConfig{})
+		for _, c := range []ParseConfig{cfg, {}} {
+			if both(t, []byte(b), c) {
+				oddAccepted++
+			}
+		}
 	}
+	return oddAccepted
 }
 
 // literalPieces are what randLiteral strings together: text, escapes of
@@ -153,7 +171,7 @@ func TestFastChatMatchesGeneral(t *testing.T) {
 	cfg := ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64}
 	// Bodies it may decline (odd shapes, duplicates, case-folded keys,
 	// invalid JSON); where it accepts one it must still agree.
-	checkFixedBodies(t, parseBoth, cfg, fastChatBodies, []string{
+	odd := checkFixedBodies(t, parseBoth, cfg, append(agentBodies(agentbody.Chat), fastChatBodies...), []string{
 		`{"model":"m","stream":1,"stream_options":{"include_usage":true,"include_usage":false},"messages":[{"role":"user","content":"x"}]}`,
 		`{"Model":"m","messages":[{"role":"user","content":"q"}]}`,
 		`{"model":"m","messages":[{"Role":"user","content":"q"}]}`,
@@ -231,6 +249,10 @@ func TestFastChatMatchesGeneral(t *testing.T) {
 		t.Errorf("fast path accepted %d of %d well-formed generated bodies, want all", whole, iters)
 	}
 	d.check(t)
+	d.exact(t, 34393, 34393, 16000)
+	if odd != 8 {
+		t.Errorf("fast path accepted %d odd bodies, want 8", odd)
+	}
 }
 
 // FuzzFastChat checks, for any body, that an accepted body parses exactly

@@ -1,5 +1,7 @@
 package policies
 
+import "sync"
+
 // fastMessages is fastChat's counterpart for Anthropic's /v1/messages: one
 // pass over the body with the module's own scanner instead of
 // encoding/json, which validates the whole body, then decodes it, and
@@ -14,35 +16,60 @@ package policies
 // case, escapes in keys) makes it decline, and Parse falls back to the
 // general path. FuzzFastMessages checks it against the general path.
 
+var messagesTop = topNames("system", "messages")
+
+const (
+	bType = iota
+	bText
+	bID
+	bName
+	bInput
+	bToolUseID
+	bContent
+	bSource
+	bTitle
+	bContext
+	bThinking
+	bSignature
+	bData
+)
+
 var (
-	messagesTop   = []string{"model", "stream", "stream_options", "cache_salt", "prompt_cache_key", "tools", "functions", "system", "messages"}
-	messageFields = []string{"role", "content"}
-	blockNames    = []string{"type", "text", "id", "name", "input", "tool_use_id", "content", "source", "title", "context", "thinking", "signature", "data"}
-	sourceNames   = []string{"type", "media_type", "data", "url", "file_id"}
+	messageNames = []string{"role", "content"}
+	blockNames   = []string{bType: "type", bText: "text", bID: "id", bName: "name", bInput: "input", bToolUseID: "tool_use_id",
+		bContent: "content", bSource: "source", bTitle: "title", bContext: "context", bThinking: "thinking", bSignature: "signature", bData: "data"}
+	sourceNames = []string{"type", "media_type", "data", "url", "file_id"}
 )
 
 // fastMessages parses a /v1/messages body in one pass, or declines.
 func fastMessages(body []byte, cfg ParseConfig) (*Request, bool) {
-	s := &fscan{b: body}
+	s := newReader(body)
+	s.blockBufs = blockPool.Get().(*blockBufs)
 	var b messagesBody
+	b.Messages = s.blockBufs.msgs[:0]
+	defer func() {
+		b.release()
+		s.blockBufs.msgs = b.Messages
+		s.blockBufs.release()
+		s.release()
+	}()
 	gotMsgs := false
-	ok := s.object(messagesTop, func(k string) bool {
-		switch k {
-		case "system":
+	ok := s.Object(messagesTop, func(i int) bool {
+		switch i {
+		case nCommon:
 			return s.blocks(&b.System, 0)
-		case "messages":
+		case nCommon + 1:
 			gotMsgs = true
 			return s.anthropicMessages(&b.Messages)
 		}
-		return s.commonField(k, &b.commonBody)
+		return s.commonField(i, &b.commonBody)
 	})
-	s.ws()
-	if !ok || s.i != len(s.b) || b.Model.kind != shapeString || !gotMsgs {
+	if !ok || !s.End() || b.Model.kind != shapeString || !gotMsgs {
 		return nil, false
 	}
 	req := &Request{Endpoint: EndpointMessages}
 	fillCommon(req, &b.commonBody)
-	msgs, reason := chatOfMessages(&b)
+	msgs, reason := chatOfMessages(&b, &s.blockBufs.conv)
 	if reason != "" {
 		return nil, false
 	}
@@ -51,19 +78,15 @@ func fastMessages(body []byte, cfg ParseConfig) (*Request, bool) {
 	return req, req.NoPrefix == ""
 }
 
-// anthropicMessages scans messages: objects with a role and a content.
-func (s *fscan) anthropicMessages(out *[]anthropicMessage) bool {
-	return s.array(func() bool {
+// anthropicMessages reads messages: objects with a role and a content.
+func (s *reader) anthropicMessages(out *[]anthropicMessage) bool {
+	return s.Array(func() bool {
 		var m anthropicMessage
-		ok := s.object(messageFields, func(k string) bool {
-			switch k {
-			case "role":
+		ok := s.Object(messageNames, func(i int) bool {
+			if i == 0 {
 				return s.textField(&m.Role)
-			case "content":
-				return s.blocks(&m.Content, 0)
 			}
-			_, ok := s.skip()
-			return ok
+			return s.blocks(&m.Content, 0)
 		})
 		*out = append(*out, m)
 		return ok
@@ -74,81 +97,107 @@ func (s *fscan) anthropicMessages(out *[]anthropicMessage) bool {
 // is a content of blocks); deeper bodies go to the general path.
 const maxBlockDepth = 8
 
-// blocks scans a content: null, a string or an array of blocks; any other
+// blocks reads a content: null, a string or an array of blocks; any other
 // value declines (the general path makes it shapeOther).
-func (s *fscan) blocks(b *blocks, depth int) bool {
+func (s *reader) blocks(b *blocks, depth int) bool {
 	*b = blocks{}
 	switch {
-	case s.lit("null"):
+	case s.Lit("null"):
 		return true
-	case s.i < len(s.b) && s.b[s.i] == '"':
+	case s.Peek() == '"':
 		t, lit, n, ok := s.lazyString() // no copy of the prompt
 		*b = blocks{text: t, lit: lit, n: n, kind: shapeString}
 		return ok
-	case s.i < len(s.b) && s.b[s.i] == '[' && depth < maxBlockDepth:
-		list := []block{}
-		ok := s.array(func() bool {
-			list = append(list, block{})
-			return s.block(&list[len(list)-1], depth)
+	case s.Peek() == '[' && depth < maxBlockDepth:
+		bb := s.blockBufs
+		st := &bb.stacks[depth] // a list inside fills the next one
+		ok := s.Array(func() bool {
+			*st = append(*st, block{})
+			return s.block(&(*st)[len(*st)-1], depth)
 		})
-		*b = blocks{list: list, kind: shapeArray}
+		at := len(bb.arena)
+		bb.arena = append(bb.arena, *st...)
+		clear(*st)
+		*st = (*st)[:0]
+		*b = blocks{list: bb.arena[at:len(bb.arena):len(bb.arena)], kind: shapeArray}
 		return ok
 	}
 	return false
 }
 
-// block scans one content block: its known fields, others skipped.
-func (s *fscan) block(bl *block, depth int) bool {
-	return s.object(blockNames, func(k string) bool {
-		switch k {
-		case "type":
+// blockBufs holds fastMessages' messages and blocks: a block is about
+// 700 bytes and an agent's body has hundreds, and nothing of them
+// outlives the parse (keysChat hashes what it renders). A list of blocks
+// is built on the stack of its depth, and once complete (the lists inside
+// its blocks before it, from the next stack) copied to arena, whose
+// slices the body's lists are. All are pooled.
+type blockBufs struct {
+	msgs   []anthropicMessage
+	stacks [maxBlockDepth][]block
+	arena  []block
+	conv   convBufs // the chat messages they convert into
+}
+
+var blockPool = sync.Pool{New: func() any { return &blockBufs{arena: make([]block, 0, 64)} }}
+
+// release clears the buffers (they must not keep a body alive) and gives
+// them back to blockPool, unless a body made them too large to keep.
+func (bb *blockBufs) release() {
+	clear(bb.arena)
+	clear(bb.msgs)
+	if !bb.conv.reset() || cap(bb.arena) > 4096 || cap(bb.msgs) > 1024 {
+		return
+	}
+	bb.arena, bb.msgs = bb.arena[:0], bb.msgs[:0]
+	blockPool.Put(bb)
+}
+
+// block reads one content block: its known fields, others skipped.
+func (s *reader) block(bl *block, depth int) bool {
+	return s.Object(blockNames, func(i int) bool {
+		switch i {
+		case bType:
 			return s.textField(&bl.Type)
-		case "text":
+		case bText:
 			return s.lazyText(&bl.Text)
-		case "id":
+		case bID:
 			return s.textField(&bl.ID)
-		case "name":
+		case bName:
 			return s.textField(&bl.Name)
-		case "input":
-			return s.rawValue(&bl.Input)
-		case "tool_use_id":
-			return s.textField(&bl.ToolUseID)
-		case "content":
-			return s.blocks(&bl.Content, depth+1)
-		case "source":
-			if s.lit("null") {
-				return true
+		case bInput:
+			v, tight, ok := s.SkipTight()
+			if ok && !isNull(v) {
+				bl.Input, bl.inputTight = v, tight
 			}
-			src := &blockSource{}
-			bl.Source = src
-			return s.object(sourceNames, func(k string) bool {
-				switch k {
-				case "type":
-					return s.textField(&src.Type)
-				case "media_type":
-					return s.textField(&src.MediaType)
-				case "data":
-					return s.textField(&src.Data)
-				case "url":
-					return s.textField(&src.URL)
-				case "file_id":
-					return s.textField(&src.FileID)
-				}
-				_, ok := s.skip()
-				return ok
-			})
-		case "title":
+			return ok
+		case bToolUseID:
+			return s.textField(&bl.ToolUseID)
+		case bContent:
+			return s.blocks(&bl.Content, depth+1)
+		case bSource:
+			return s.source(&bl.Source)
+		case bTitle:
 			return s.textField(&bl.Title)
-		case "context":
+		case bContext:
 			return s.textField(&bl.Context)
-		case "thinking":
+		case bThinking:
 			return s.textField(&bl.Thinking)
-		case "signature":
+		case bSignature:
 			return s.textField(&bl.Signature)
-		case "data":
+		case bData:
 			return s.textField(&bl.Data)
 		}
-		_, ok := s.skip()
-		return ok
+		return false
 	})
+}
+
+// source reads an image's or a document's source (or null).
+func (s *reader) source(out **blockSource) bool {
+	if s.Lit("null") {
+		return true
+	}
+	src := &blockSource{}
+	*out = src
+	fields := [...]*jsonText{&src.Type, &src.MediaType, &src.Data, &src.URL, &src.FileID} // sourceNames' order
+	return s.Object(sourceNames, func(i int) bool { return s.textField(fields[i]) })
 }

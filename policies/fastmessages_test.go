@@ -1,11 +1,14 @@
 package policies
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/llmroute/caddy-llmroute/internal/agentbody"
 )
 
 // parseBothMessages is parseBoth for /v1/messages.
@@ -37,7 +40,7 @@ var fastMessagesBodies = []string{
 
 func TestFastMessagesMatchesGeneral(t *testing.T) {
 	cfg := ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64}
-	checkFixedBodies(t, parseBothMessages, cfg, fastMessagesBodies, []string{
+	odd := checkFixedBodies(t, parseBothMessages, cfg, append(agentBodies(agentbody.Messages), fastMessagesBodies...), []string{
 		`{"Model":"m","messages":[{"role":"user","content":"q"}]}`,
 		`{"model":"m","messages":[{"Role":"user","content":"q"}]}`,
 		`{"model":"m","messages":[{"role":"user","content":[{"Type":"text","text":"q"}]}]}`,
@@ -126,6 +129,10 @@ func TestFastMessagesMatchesGeneral(t *testing.T) {
 	}
 	t.Logf("fast path accepted %d/%d generated bodies, %d/%d truncations, %d/%d mutations", whole, iters, d.cutsAccepted, d.cuts, d.mutsAccepted, d.muts)
 	d.check(t)
+	d.exact(t, 29932, 29932, 13122)
+	if odd != 4 {
+		t.Errorf("fast path accepted %d odd bodies, want 4", odd)
+	}
 }
 
 // FuzzFastMessages checks, for any body, that an accepted body parses
@@ -177,4 +184,40 @@ func BenchmarkParseAgentBlocks(b *testing.B) {
 }
 func BenchmarkParseGeneralAgentBlocks(b *testing.B) {
 	benchmarkFastPath(b, pathMessages, fastMessages, agentBlocksBody(), false)
+}
+
+// agentBodies are agent bodies of build (agentbody.Messages or Chat):
+// agentSpec's, a smaller one with few tools, and that one indented (its
+// schemas are not tight: compacted for the tools' canonical form).
+func agentBodies(build func(agentbody.Spec) []byte) []string {
+	small := build(agentbody.Spec{Size: 6 << 10, Tools: 3, Tenant: 2, Seed: 9})
+	var indented bytes.Buffer
+	if err := json.Indent(&indented, small, "", "  "); err != nil {
+		panic(err)
+	}
+	return []string{string(build(agentSpec)), string(small), indented.String()}
+}
+
+// agentSpec is the agent body the fast paths are held to: 51 KiB, 40
+// tools (27 KB of them), a system prompt of 6 KB and six rounds of
+// tool_use and tool_result.
+var agentSpec = agentbody.Spec{Size: 51 << 10, Tools: 40, Tenant: 1, Seed: 1, Stream: true}
+
+// BenchmarkParseAgentMessages51K is Parse of agentbody.Messages(agentSpec)
+// by the fast path; BenchmarkParseGeneralAgentMessages51K by
+// encoding/json, for comparison.
+func BenchmarkParseAgentMessages51K(b *testing.B) {
+	benchmarkFastPath(b, pathMessages, fastMessages, agentbody.Messages(agentSpec), true)
+}
+func BenchmarkParseGeneralAgentMessages51K(b *testing.B) {
+	benchmarkFastPath(b, pathMessages, fastMessages, agentbody.Messages(agentSpec), false)
+}
+
+// BenchmarkParseAgentChat51K is the same conversation as a chat body
+// with tools (agentbody.Chat).
+func BenchmarkParseAgentChat51K(b *testing.B) {
+	benchmarkFastPath(b, pathChat, fastChat, agentbody.Chat(agentSpec), true)
+}
+func BenchmarkParseGeneralAgentChat51K(b *testing.B) {
+	benchmarkFastPath(b, pathChat, fastChat, agentbody.Chat(agentSpec), false)
 }

@@ -11,43 +11,73 @@ import "strings"
 // escapes in keys) declines, and Parse falls back to the general path.
 // FuzzFastResponses checks it against the general path.
 
+var responsesTop = topNames("instructions", "input", "previous_response_id", "conversation")
+
+const (
+	rInstructions = nCommon + iota
+	rInput
+	rPreviousResponseID
+	rConversation
+)
+
+const (
+	iType = iota
+	iRole
+	iContent
+	iID
+	iName
+	iCallID
+	iArguments
+	iOutput
+	iSummary
+	iEncrypted
+)
+
 var (
-	responsesTop = []string{"model", "stream", "stream_options", "cache_salt", "prompt_cache_key", "tools", "functions",
-		"instructions", "input", "previous_response_id", "conversation"}
-	itemFields = []string{"type", "role", "content", "id", "name", "call_id", "arguments", "output", "summary", "encrypted_content"}
-	idFields   = []string{"id"}
+	itemNames = []string{iType: "type", iRole: "role", iContent: "content", iID: "id", iName: "name", iCallID: "call_id",
+		iArguments: "arguments", iOutput: "output", iSummary: "summary", iEncrypted: "encrypted_content"}
+	idNames = []string{"id"}
 )
 
 // fastResponses parses a /v1/responses body in one pass, or declines.
 func fastResponses(body []byte, cfg ParseConfig) (*Request, bool) {
-	s := &fscan{b: body}
+	s := newReader(body)
 	var b responsesBody
+	defer func() {
+		b.release()
+		if sb := s.scratchBufs; sb != nil {
+			clear(b.Input) // the pool must not keep the body alive
+			if cap(b.Input) > cap(sb.items) {
+				sb.items = b.Input[:0] // it grew: keep it
+			}
+		}
+		s.release()
+	}()
 	var input *jsonText // the input when it is a string
 	gotInput := false
-	ok := s.object(responsesTop, func(k string) bool {
-		switch k {
-		case "instructions":
+	ok := s.Object(responsesTop, func(i int) bool {
+		switch i {
+		case rInstructions:
 			return s.textField(&b.Instructions)
-		case "previous_response_id":
+		case rPreviousResponseID:
 			if !s.textField(&b.PreviousResponseID) {
 				return false
 			}
 			b.PreviousResponseID.s = strings.Clone(b.PreviousResponseID.s)
 			return true
-		case "conversation":
+		case rConversation:
 			return s.conversation(&b.Conversation)
-		case "input":
+		case rInput:
 			gotInput = true
-			if s.i < len(s.b) && s.b[s.i] == '"' {
+			if s.Peek() == '"' {
 				input = &jsonText{}
 				return s.textField(input)
 			}
 			return s.items(&b.Input)
 		}
-		return s.commonField(k, &b.commonBody)
+		return s.commonField(i, &b.commonBody)
 	})
-	s.ws()
-	if !ok || s.i != len(s.b) || b.Model.kind != shapeString || !gotInput {
+	if !ok || !s.End() || b.Model.kind != shapeString || !gotInput {
 		return nil, false
 	}
 	req := &Request{Endpoint: EndpointResponses}
@@ -62,19 +92,13 @@ func fastResponses(body []byte, cfg ParseConfig) (*Request, bool) {
 	return req, req.NoPrefix == ""
 }
 
-// conversation scans the conversation field: an id, or an object with an
+// conversation reads the conversation field: an id, or an object with an
 // id (null: none).
-func (s *fscan) conversation(c *conversation) bool {
+func (s *reader) conversation(c *conversation) bool {
 	*c = conversation{}
 	var id jsonText
-	if s.i < len(s.b) && s.b[s.i] == '{' {
-		if !s.object(idFields, func(k string) bool {
-			if k == "id" {
-				return s.textField(&id)
-			}
-			_, ok := s.skip()
-			return ok
-		}) {
+	if s.Peek() == '{' {
+		if !s.Object(idNames, func(int) bool { return s.textField(&id) }) {
 			return false
 		}
 	} else if !s.textField(&id) {
@@ -84,41 +108,40 @@ func (s *fscan) conversation(c *conversation) bool {
 	return true
 }
 
-// items scans the input array: items of any type with the fields the
+// items reads the input array: items of any type with the fields the
 // rendering reads.
-func (s *fscan) items(out *[]responseItem) bool {
-	if s.i >= len(s.b) || s.b[s.i] != '[' {
+func (s *reader) items(out *[]responseItem) bool {
+	if s.Peek() != '[' {
 		return false // null, or another shape: the general path
 	}
-	list := []responseItem{}
-	ok := s.array(func() bool {
+	list := s.scratch().items[:0] // pooled: the items do not outlive the parse
+	ok := s.Array(func() bool {
 		list = append(list, responseItem{})
 		it := &list[len(list)-1]
-		return s.object(itemFields, func(k string) bool {
-			switch k {
-			case "type":
+		return s.Object(itemNames, func(i int) bool {
+			switch i {
+			case iType:
 				return s.textField(&it.Type)
-			case "role":
+			case iRole:
 				return s.textField(&it.Role)
-			case "content":
+			case iContent:
 				return s.content(&it.Content)
-			case "id":
+			case iID:
 				return s.textField(&it.ID)
-			case "name":
+			case iName:
 				return s.textField(&it.Name)
-			case "call_id":
+			case iCallID:
 				return s.textField(&it.CallID)
-			case "arguments":
-				return s.textField(&it.Arguments)
-			case "output":
+			case iArguments:
+				return s.lazyText(&it.Arguments)
+			case iOutput:
 				return s.lazyText(&it.Output)
-			case "summary":
+			case iSummary:
 				return s.rawValue(&it.Summary)
-			case "encrypted_content":
+			case iEncrypted:
 				return s.textField(&it.Encrypted)
 			}
-			_, ok := s.skip()
-			return ok
+			return false
 		})
 	})
 	*out = list

@@ -33,7 +33,7 @@ var fastResponsesBodies = []string{
 
 func TestFastResponsesMatchesGeneral(t *testing.T) {
 	cfg := ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64}
-	checkFixedBodies(t, parseBothResponses, cfg, fastResponsesBodies, []string{
+	odd := checkFixedBodies(t, parseBothResponses, cfg, fastResponsesBodies, []string{
 		`{"model":"m","input":null}`,
 		`{"model":"m","input":5}`,
 		`{"model":"m","input":{"role":"user"}}`,
@@ -93,6 +93,10 @@ func TestFastResponsesMatchesGeneral(t *testing.T) {
 	}
 	t.Logf("fast path accepted %d/%d generated bodies, %d/%d truncations, %d/%d mutations", whole, iters, d.cutsAccepted, d.cuts, d.mutsAccepted, d.muts)
 	d.check(t)
+	d.exact(t, 34346, 34346, 17171)
+	if odd != 0 {
+		t.Errorf("fast path accepted %d odd bodies, want 0", odd)
+	}
 }
 
 // FuzzFastResponses checks, for any body, that an accepted body parses

@@ -234,14 +234,14 @@ func TestPrefixLoadNewPrefixAlone(t *testing.T) {
 		rs[i].PendingPrefill, rs[i].InFlight = 0, 0
 	}
 	assert.Equal(t, rank[3], s.Pick(keys, rs), "no match anywhere: its home, not the rendezvous one")
-	rs[rank[0]].Index.Insert(keys.Blocks[:2])
+	rs[rank[0]].Index.(*Index).Insert(keys.Blocks[:2])
 	assert.Equal(t, rank[3], s.Pick(keys, rs), "a match of the leading run alone: its home")
-	rs[rank[1]].Index.Insert(keys.Blocks[:3])
+	rs[rank[1]].Index.(*Index).Insert(keys.Blocks[:3])
 	assert.Equal(t, rank[1], s.Pick(keys, rs), "a match beyond the leading run: the index")
 
 	// A home over the cold bound is not followed.
-	rs[rank[1]].Index.Purge()
-	rs[rank[0]].Index.Purge()
+	rs[rank[1]].Index.(*Index).Purge()
+	rs[rank[0]].Index.(*Index).Purge()
 	for i := range rs {
 		rs[i].InFlight = 2
 	}
@@ -306,13 +306,13 @@ func TestPrefixLoadNewPrefixWithPeers(t *testing.T) {
 	rs[orank[0]].PendingPrefill = 3000
 	assert.Equal(t, orank[0], s.Pick(other, rs), "within the detour slack: home")
 	rs[orank[0]].PendingPrefill = 1001
-	rs[orank[2]].Index.Insert(other.Blocks[:1])
+	rs[orank[2]].Index.(*Index).Insert(other.Blocks[:1])
 	assert.Equal(t, orank[0], s.Pick(other, rs), "a leading-run match where it was placed by load: the rendezvous home")
 	third := Keys{Leading: 31337, Blocks: []uint64{51, 52}, LeadingBlocks: 1, Bytes: 2000}
 	trank := ranked(third.Leading, rs)
-	rs[trank[3]].Index.Insert(third.Blocks[:1])
+	rs[trank[3]].Index.(*Index).Insert(third.Blocks[:1])
 	assert.Equal(t, trank[3], s.Pick(third, rs), "a leading-run match this router did not place by load stays")
-	rs[orank[2]].Index.Insert(other.Blocks)
+	rs[orank[2]].Index.(*Index).Insert(other.Blocks)
 	assert.Equal(t, orank[2], s.Pick(other, rs), "a match beyond the leading run: the index")
 }
 

@@ -109,6 +109,9 @@ type block struct {
 	Thinking  jsonText     `json:"thinking"`
 	Signature jsonText     `json:"signature"`
 	Data      jsonText     `json:"data"`
+	// inputTight says that the fast scan found Input tight
+	// (jsonscan.SkipTight): its own compact form.
+	inputTight bool
 }
 
 // source returns the block's source, or an empty one.
@@ -146,7 +149,7 @@ func parseMessages(req *Request, body []byte, cfg ParseConfig) error {
 	case bad != "":
 		req.NoPrefix = NoPrefixBodyShape
 	default:
-		msgs, reason := chatOfMessages(&b)
+		msgs, reason := chatOfMessages(&b, nil)
 		if reason != "" {
 			req.NoPrefix = reason
 			return nil
@@ -158,8 +161,8 @@ func parseMessages(req *Request, body []byte, cfg ParseConfig) error {
 }
 
 // chatOfMessages converts an Anthropic body into chat messages, or returns
-// the reason it has no prefix.
-func chatOfMessages(b *messagesBody) ([]chatMessage, string) {
+// the reason it has no prefix; the slices come from cb (nil: allocated).
+func chatOfMessages(b *messagesBody, cb *convBufs) ([]chatMessage, string) {
 	if b.System.kind == shapeOther {
 		return nil, NoPrefixSystemShape
 	}
@@ -179,15 +182,23 @@ func chatOfMessages(b *messagesBody) ([]chatMessage, string) {
 		return nil, NoPrefixSystemShape
 	}
 
-	msgs := make([]chatMessage, 0, len(b.Messages)+1)
+	n := len(b.Messages) + 1 // each tool result is a message of its own
+	for i := range b.Messages {
+		for j := range b.Messages[i].Content.list {
+			if b.Messages[i].Content.list[j].Type.s == "tool_result" {
+				n++
+			}
+		}
+	}
+	msgs := cb.msgArena().take(n)
 	switch sys := &b.System; {
 	case sys.kind == shapeString && (sys.text != "" || sys.lit != nil): // an escape decodes to something
 		msgs = append(msgs, chatMessage{Role: textField("system"), Content: sys.content()})
 	case sys.kind == shapeArray && len(sys.list) > 0:
-		msgs = append(msgs, chatMessage{Role: textField("system"), Content: partsOf(sys.list)})
+		msgs = append(msgs, chatMessage{Role: textField("system"), Content: partsOf(sys.list, cb)})
 	}
 	for i := range b.Messages {
-		msgs = appendMessage(msgs, &b.Messages[i])
+		msgs = appendMessage(msgs, &b.Messages[i], cb)
 	}
 	return msgs, ""
 }
@@ -215,25 +226,45 @@ func textField(s string) jsonText { return jsonText{s: s, kind: shapeString} }
 // appendMessage appends the chat messages of one Anthropic message: its
 // tool results as tool messages, then the message itself unless it held
 // tool results only.
-func appendMessage(msgs []chatMessage, m *anthropicMessage) []chatMessage {
+func appendMessage(msgs []chatMessage, m *anthropicMessage, cb *convBufs) []chatMessage {
 	if m.Content.kind != shapeArray {
 		return append(msgs, chatMessage{Role: m.Role, Content: m.Content.content()})
 	}
+	// Sized first: a part is 432 bytes, and an agent's message has many.
+	nParts, nCalls := 0, 0
+	for i := range m.Content.list {
+		switch m.Content.list[i].Type.s {
+		case "tool_result":
+		case "tool_use":
+			nCalls++
+		default:
+			nParts++
+		}
+	}
 	var parts []contentPart
 	var calls []toolCall
+	if nParts > 0 {
+		parts = cb.partArena().take(nParts)
+	}
+	if nCalls > 0 {
+		calls = cb.callArena().take(nCalls)
+	}
 	results := 0
 	for i := range m.Content.list {
 		bl := &m.Content.list[i]
 		switch bl.Type.s {
 		case "tool_result":
 			results++
-			msgs = append(msgs, chatMessage{Role: textField("tool"), ToolCallID: bl.ToolUseID, Content: contentOf(&bl.Content)})
+			msgs = append(msgs, chatMessage{Role: textField("tool"), ToolCallID: bl.ToolUseID, Content: contentOf(&bl.Content, cb)})
 		case "tool_use":
 			var tc toolCall
 			tc.ID = bl.ID
 			tc.Function.Name = bl.Name
-			if bl.Input != nil {
-				tc.Function.Arguments = jsonText{raw: appendCompact(nil, bl.Input), kind: shapeOther}
+			if args := bl.Input; args != nil {
+				if !bl.inputTight {
+					args = appendCompact(nil, args)
+				}
+				tc.Function.Arguments = jsonText{raw: args, kind: shapeOther}
 			}
 			calls = append(calls, tc)
 		default:
@@ -251,19 +282,19 @@ func appendMessage(msgs []chatMessage, m *anthropicMessage) []chatMessage {
 }
 
 // contentOf converts a tool result's content.
-func contentOf(b *blocks) content {
+func contentOf(b *blocks, cb *convBufs) content {
 	switch b.kind {
 	case shapeString:
 		return b.content()
 	case shapeArray:
-		return partsOf(b.list)
+		return partsOf(b.list, cb)
 	}
 	return content{}
 }
 
 // partsOf converts blocks that are parts of one content.
-func partsOf(list []block) content {
-	parts := make([]contentPart, 0, len(list))
+func partsOf(list []block, cb *convBufs) content {
+	parts := cb.partArena().take(len(list))
 	for i := range list {
 		parts = append(parts, partOf(&list[i]))
 	}

@@ -3,7 +3,6 @@ package policies
 import (
 	"fmt"
 	"math"
-	"sort"
 	"strings"
 	"testing"
 
@@ -28,36 +27,36 @@ func TestPrefixLoad(t *testing.T) {
 	}{
 		{name: "cold prefix goes home", setup: func([]Replica) {}, want: []int{rank[0]}},
 		{name: "resident prefix wins over home", setup: func(rs []Replica) {
-			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].Index.(*Index).Insert(keys.Blocks)
 		}, want: []int{rank[2]}},
 		{name: "longest match wins", setup: func(rs []Replica) {
-			rs[rank[1]].Index.Insert(keys.Blocks[:2])
-			rs[rank[4]].Index.Insert(keys.Blocks[:3])
+			rs[rank[1]].Index.(*Index).Insert(keys.Blocks[:2])
+			rs[rank[4]].Index.(*Index).Insert(keys.Blocks[:3])
 		}, want: []int{rank[4]}},
 		{name: "equal matches go to the higher rank", setup: func(rs []Replica) {
-			rs[rank[3]].Index.Insert(keys.Blocks)
-			rs[rank[1]].Index.Insert(keys.Blocks)
-			rs[rank[5]].Index.Insert(keys.Blocks)
+			rs[rank[3]].Index.(*Index).Insert(keys.Blocks)
+			rs[rank[1]].Index.(*Index).Insert(keys.Blocks)
+			rs[rank[5]].Index.(*Index).Insert(keys.Blocks)
 		}, want: []int{rank[1]}},
 		{name: "a leading-run match this router did not place by load stays", setup: func(rs []Replica) {
-			rs[rank[2]].Index.Insert(keys.Blocks[:1])
+			rs[rank[2]].Index.(*Index).Insert(keys.Blocks[:1])
 		}, want: []int{rank[2]}},
 		{name: "match below MinMatchBlocks is cold", opts: Options{MinMatchBlocks: 3}, setup: func(rs []Replica) {
-			rs[rank[2]].Index.Insert(keys.Blocks[:2])
+			rs[rank[2]].Index.(*Index).Insert(keys.Blocks[:2])
 		}, want: []int{rank[0]}},
 		{name: "match of the head alone is cold", opts: Options{MinMatchBlocks: 2}, setup: func(rs []Replica) {
-			rs[rank[2]].Index.Insert(keys.Blocks[:1])
+			rs[rank[2]].Index.(*Index).Insert(keys.Blocks[:1])
 		}, want: []int{rank[0]}},
 		{name: "within slack the match keeps it", setup: func(rs []Replica) {
-			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].Index.(*Index).Insert(keys.Blocks)
 			rs[rank[2]].InFlight = 2
 		}, want: []int{rank[2]}},
 		{name: "match over the bound spills home", setup: func(rs []Replica) {
-			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].Index.(*Index).Insert(keys.Blocks)
 			rs[rank[2]].InFlight = 10 // bound: ceil(1.5*11/6)+2 = 5
 		}, want: []int{rank[0]}},
 		{name: "engine queue is load", setup: func(rs []Replica) {
-			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].Index.(*Index).Insert(keys.Blocks)
 			rs[rank[2]].EngineWaiting = 10
 		}, want: []int{rank[0]}},
 		{name: "busy home spills to next rank", setup: func(rs []Replica) {
@@ -70,23 +69,23 @@ func TestPrefixLoad(t *testing.T) {
 			rs[rank[0]].Cap, rs[rank[0]].InFlight = 1, 1
 		}, want: []int{rank[1]}},
 		{name: "unavailable match is skipped", setup: func(rs []Replica) {
-			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].Index.(*Index).Insert(keys.Blocks)
 			rs[rank[2]].Unavailable = true
-			rs[rank[3]].Index.Insert(keys.Blocks[:2])
+			rs[rank[3]].Index.(*Index).Insert(keys.Blocks[:2])
 		}, want: []int{rank[3]}},
 		// KV usage is sampled up to a scrape interval ago and no longer
 		// cuts a replica out (releases before this one skipped a replica
 		// reporting >= 0.95 while any other did not, which on the e2e
 		// scenario piled a second's traffic onto the one that did not).
 		{name: "a full KV cache reported does not move a match", setup: func(rs []Replica) {
-			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].Index.(*Index).Insert(keys.Blocks)
 			rs[rank[2]].KVUsage = 0.97
 		}, want: []int{rank[2]}},
 		{name: "every KV cache full still routes by match", setup: func(rs []Replica) {
 			for i := range rs {
 				rs[i].KVUsage = 0.99
 			}
-			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].Index.(*Index).Insert(keys.Blocks)
 		}, want: []int{rank[2]}},
 		{name: "within the average, home keeps it (peers)", setup: func(rs []Replica) {
 			for i := range rs {
@@ -94,12 +93,6 @@ func TestPrefixLoad(t *testing.T) {
 			}
 			rs[rank[4]].InFlight = 3 // bound: ceil(1.5*104/6)+2 = 28
 		}, want: []int{rank[0]}},
-		{name: "within the average, a cold prefix goes to the least loaded (cold_choices 3)", opts: Options{ColdChoices: 3}, setup: func(rs []Replica) {
-			for i := range rs {
-				rs[i].InFlight = 20
-			}
-			rs[rank[4]].InFlight = 3
-		}, want: []int{rank[4]}},
 		{name: "cold home over the bound but within the cold bound stays home", setup: func(rs []Replica) {
 			for i := range rs {
 				rs[i].InFlight = 12
@@ -123,21 +116,21 @@ func TestPrefixLoad(t *testing.T) {
 				rs[i].InFlight = 12
 			}
 			rs[rank[0]].InFlight = 23
-			rs[rank[0]].Index.Insert(keys.Blocks)
+			rs[rank[0]].Index.(*Index).Insert(keys.Blocks)
 		}, want: []int{rank[1]}},
 		{name: "tight bound: only the least loaded is a candidate", opts: Options{BalanceFactor: 1, LoadSlack: -1, ColdBalanceFactor: 1}, setup: func(rs []Replica) {
 			for i := range rs {
 				rs[i].InFlight = 20
 			}
 			rs[rank[4]].InFlight = 3 // bound: ceil(104/6) = 18
-			rs[rank[1]].Index.Insert(keys.Blocks)
+			rs[rank[1]].Index.(*Index).Insert(keys.Blocks)
 		}, want: []int{rank[4]}},
 		{name: "no keys: least loaded", keys: &Keys{}, setup: func(rs []Replica) {
 			for i := range rs {
 				rs[i].InFlight = 2
 			}
 			rs[rank[3]].InFlight, rs[rank[5]].InFlight = 1, 1
-			rs[rank[5]].Index.Insert(keys.Blocks)
+			rs[rank[5]].Index.(*Index).Insert(keys.Blocks)
 		}, want: []int{rank[3], rank[5]}},
 		{name: "no keys: least load, whatever KV usage is reported", keys: &Keys{}, setup: func(rs []Replica) {
 			for i := range rs {
@@ -147,7 +140,7 @@ func TestPrefixLoad(t *testing.T) {
 			rs[rank[5]].KVUsage = 0.96
 		}, want: []int{rank[3], rank[5]}},
 		{name: "blocks without a leading key still match", keys: &Keys{Blocks: keys.Blocks, LeadingBlocks: 1}, setup: func(rs []Replica) {
-			rs[rank[4]].Index.Insert(keys.Blocks)
+			rs[rank[4]].Index.(*Index).Insert(keys.Blocks)
 		}, want: []int{rank[4]}},
 		{name: "nil indexes", setup: func(rs []Replica) {
 			for i := range rs {
@@ -187,30 +180,26 @@ func TestPrefixLoadDetour(t *testing.T) {
 		want  int
 	}{
 		{name: "history queued past the slack: a detour to the cheapest", setup: func(rs []Replica) {
-			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].Index.(*Index).Insert(keys.Blocks)
 			rs[rank[2]].PendingPrefill = 5001 // 5,001 + 0 against 0 + 2,000 + 3,000
 		}, want: rank[0]},
 		{name: "history queued within the slack stays", setup: func(rs []Replica) {
-			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].Index.(*Index).Insert(keys.Blocks)
 			rs[rank[2]].PendingPrefill = 5000
 		}, want: rank[2]},
 		{name: "the detour goes where part of the prompt is resident", setup: func(rs []Replica) {
-			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].Index.(*Index).Insert(keys.Blocks)
 			rs[rank[2]].PendingPrefill = 4001 // against rank[4]'s 0 + 1,000 + 3,000
-			rs[rank[4]].Index.Insert(keys.Blocks[:2])
+			rs[rank[4]].Index.(*Index).Insert(keys.Blocks[:2])
 		}, want: rank[4]},
 		{name: "a smaller slack leaves sooner", opts: Options{DetourSlack: 0.25}, setup: func(rs []Replica) {
-			rs[rank[2]].Index.Insert(keys.Blocks)
+			rs[rank[2]].Index.(*Index).Insert(keys.Blocks)
 			rs[rank[2]].PendingPrefill = 2501 // against 0 + 2,000 + 500
 		}, want: rank[0]},
 		{name: "a home holding the leading run, queued past the slack", setup: func(rs []Replica) {
-			rs[rank[0]].Index.Insert(keys.Blocks[:1])
+			rs[rank[0]].Index.(*Index).Insert(keys.Blocks[:1])
 			rs[rank[0]].PendingPrefill = 4501 // 4,501 + 1,500 against 0 + 2,000 + 3,000
 		}, want: rank[1]},
-		{name: "cold_choices 1 keeps the rule of earlier releases: no detour", opts: Options{ColdChoices: 1}, setup: func(rs []Replica) {
-			rs[rank[2]].Index.Insert(keys.Blocks)
-			rs[rank[2]].PendingPrefill = 1 << 20
-		}, want: rank[2]},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -242,7 +231,7 @@ func TestPrefixLoadBurst(t *testing.T) {
 					require.Equal(t, homeIdx, p, "pick %d left home at low load", i)
 				}
 				rs[p].InFlight++
-				rs[p].Index.Insert(keys.Blocks)
+				rs[p].Index.(*Index).Insert(keys.Blocks)
 				max := 0
 				for j := range rs {
 					if rs[j].InFlight > max {
@@ -292,7 +281,7 @@ func TestPrefixLoadInstancesAgree(t *testing.T) {
 			spills++
 		}
 		if k%2 == 0 { // only instance a learns the follow-up
-			ra[pa].Index.Insert(keys.Blocks)
+			ra[pa].Index.(*Index).Insert(keys.Blocks)
 			assert.Equal(t, pa, a.Pick(keys, ra))
 			assert.Equal(t, pa, b.Pick(keys, rb))
 		}
@@ -371,7 +360,7 @@ func TestPrefixLoadUniqueRun(t *testing.T) {
 	for range 2 * n {
 		k := fresh()
 		p := s.Pick(k, rs)
-		rs[p].Index.Insert(k.Blocks[:1])
+		rs[p].Index.(*Index).Insert(k.Blocks[:1])
 		if p != ranked(HomeKey(k), rs)[0] {
 			moved++
 			assert.Equal(t, p, s.Pick(k, rs), "a prefix placed by load past the run came back: it stays")
@@ -437,12 +426,12 @@ func benchReplicas(n int, keys Keys) []Replica {
 			for j := range chain {
 				chain[j] = mix64(uint64(i)<<40 | uint64(c)<<16 | uint64(j))
 			}
-			rs[i].Index.Insert(chain)
+			rs[i].Index.(*Index).Insert(chain)
 		}
 	}
 	r := ranked(keys.Leading, rs)
-	rs[r[0]].Index.Insert(keys.Blocks)
-	rs[r[1]].Index.Insert(keys.Blocks)
+	rs[r[0]].Index.(*Index).Insert(keys.Blocks)
+	rs[r[1]].Index.(*Index).Insert(keys.Blocks)
 	return rs
 }
 
@@ -462,51 +451,6 @@ func benchmarkPick(b *testing.B, n int) {
 func BenchmarkPick8(b *testing.B)   { benchmarkPick(b, 8) }
 func BenchmarkPick64(b *testing.B)  { benchmarkPick(b, 64) }
 func BenchmarkPick512(b *testing.B) { benchmarkPick(b, 512) }
-
-// TestPrefixLoadColdSecondChoice proves the earlier releases' cold rules:
-// with cold_choices 2 a cold prefix goes home unless the second-ranked
-// replica is less loaded, and never further down the ranking; 1 always
-// home; 3 the least loaded, ties to the home.
-func TestPrefixLoadColdSecondChoice(t *testing.T) {
-	s, err := NewStrategy("prefix_load", Options{ColdChoices: 2})
-	require.NoError(t, err)
-	keys := Keys{Leading: 42, Blocks: []uint64{1, 2}}
-	rs := make([]Replica, 5)
-	for i := range rs {
-		rs[i] = Replica{Addr: fmt.Sprintf("10.0.0.%d:8000", i), EngineWaiting: -1, EngineRunning: -1, KVUsage: -1}
-	}
-	rank := make([]int, len(rs))
-	for i := range rank {
-		rank[i] = i
-	}
-	sort.Slice(rank, func(a, b int) bool {
-		return Rendezvous(keys.Leading, rs[rank[a]].Addr) > Rendezvous(keys.Leading, rs[rank[b]].Addr)
-	})
-	assert.Equal(t, rank[0], s.Pick(keys, rs), "equal load: home")
-	rs[rank[0]].Prefilling = 1
-	rs[rank[0]].InFlight = 1
-	assert.Equal(t, rank[1], s.Pick(keys, rs), "home busier than the second choice")
-	rs[rank[1]].InFlight = 2
-	assert.Equal(t, rank[0], s.Pick(keys, rs), "second choice busier: home")
-
-	rs[rank[1]].InFlight = 0
-	home, err := NewStrategy("prefix_load", Options{ColdChoices: 1})
-	require.NoError(t, err)
-	assert.Equal(t, rank[0], home.Pick(keys, rs), "cold_choices 1: always home")
-	rs[rank[2]].PendingPrefill = 0
-	rs[rank[0]].PendingPrefill = 1 << 20
-	assert.Equal(t, rank[0], home.Pick(keys, rs), "cold_choices 1: home whatever its pending prefill")
-
-	all, err := NewStrategy("prefix_load", Options{ColdChoices: 3})
-	require.NoError(t, err)
-	for i := range rs {
-		rs[i].InFlight, rs[i].Prefilling = 2, 0
-	}
-	rs[rank[3]].InFlight = 1
-	assert.Equal(t, rank[3], all.Pick(keys, rs), "cold_choices 3: least loaded")
-	rs[rank[3]].InFlight = 2
-	assert.Equal(t, rank[0], all.Pick(keys, rs), "cold_choices 3: ties to the home")
-}
 
 // TestLoadCountsPrefilling proves requests awaiting their first byte weigh
 // double in Load, and unknown engine figures add nothing.

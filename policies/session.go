@@ -1,7 +1,5 @@
 package policies
 
-import "math"
-
 // Sessions: a client that names its session (a session header, OpenAI's
 // prompt_cache_key) says which requests belong together better than a
 // prefix hash can guess it: a coding agent's turns share a growing prefix
@@ -19,18 +17,11 @@ import "math"
 // least loaded one when none is). It returns -1 when no replica is Free.
 // opts must be resolved (Options.WithDefaults).
 func PickSession(sessionKey uint64, home string, replicas []Replica, opts Options) int {
-	bound, minLoad, n := LoadBound(replicas, opts.BalanceFactor, opts.LoadSlack)
-	if n == 0 {
-		return -1
-	}
-	within := func(r *Replica) bool {
-		l := r.Load()
-		return l+1 <= bound || l == minLoad
-	}
+	b := LoadBound(replicas, opts.BalanceFactor, opts.LoadSlack)
 	best, bestScore := -1, uint64(0)
 	for i := range replicas {
 		r := &replicas[i]
-		if !r.Free() || !within(r) {
+		if !r.Free() || !b.Admits(r) {
 			continue
 		}
 		if home != "" && r.Addr == home {
@@ -41,30 +32,4 @@ func PickSession(sessionKey uint64, home string, replicas []Replica, opts Option
 		}
 	}
 	return best
-}
-
-// LoadBound is CHWBL's bound over the Free replicas: a replica whose
-// Load()+1 is at most bound stays a candidate, where bound is
-// ceil(factor x (total load + 1) / n) + slack; minLoad is the least load
-// among them (always within, so that a request is never refused for the
-// bound alone) and n how many are Free.
-func LoadBound(replicas []Replica, factor float64, slack int) (bound, minLoad, n int) {
-	total := 0
-	for i := range replicas {
-		r := &replicas[i]
-		if !r.Free() {
-			continue
-		}
-		l := r.Load()
-		if n == 0 || l < minLoad {
-			minLoad = l
-		}
-		n++
-		total += l
-	}
-	if n == 0 {
-		return 0, 0, 0
-	}
-	bound = int(math.Ceil(factor*float64(total+1)/float64(n))) + slack
-	return bound, minLoad, n
 }

@@ -83,10 +83,14 @@ func TestPickSessionAgreesAcrossInstances(t *testing.T) {
 func TestLoadBound(t *testing.T) {
 	rs := sessionReplicas(2, 4, 0, 6)
 	rs[3].Unavailable = true
-	bound, minLoad, n := LoadBound(rs, 1.5, 2)
-	assert.Equal(t, 3, n)
-	assert.Equal(t, 0, minLoad)
-	assert.Equal(t, 6, bound, "ceil(1.5 x 7 / 3) + 2")
-	_, _, n = LoadBound(sessionReplicas(8, 8), 1.5, 2)
-	assert.Zero(t, n)
+	b := LoadBound(rs, 1.5, 2)
+	assert.Equal(t, 3, b.N)
+	assert.Equal(t, 0, b.MinLoad)
+	assert.Equal(t, 6, b.Limit, "ceil(1.5 x 7 / 3) + 2")
+	assert.Equal(t, 9, b.Widen(3, 2).Limit, "ceil(3 x 7 / 3) + 2")
+	assert.True(t, b.Admits(&rs[0]), "load 2: 3 <= 6")
+	rs[1].InFlight = 6
+	assert.False(t, b.Admits(&rs[1]), "load 6: 7 > 6")
+	assert.True(t, b.Admits(&rs[2]), "the least loaded is always within")
+	assert.Zero(t, LoadBound(sessionReplicas(8, 8), 1.5, 2).N)
 }

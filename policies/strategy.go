@@ -6,12 +6,73 @@ import (
 	"strings"
 )
 
-// Default strategy knobs.
+// Reason names the rule a strategy picked a replica by (prefix_load's
+// rules; see prefixLoad), for logs and metrics.
+type Reason string
+
+// The reasons prefix_load gives.
 const (
-	// DefaultBalanceFactor is the CHWBL balance factor c. HAProxy's
-	// hash-balance-factor 125 is 1.25; with the absolute slack, 1.5 kept
-	// hot prefixes together longer at no cost in tail latency in the
-	// simulator (git show 1df7135:lab/experiments/results/variants.md).
+	ReasonLeastLoad  Reason = "least_load" // no keys: the least-loaded replica
+	ReasonHistory    Reason = "history"    // its own history is resident there
+	ReasonHot        Reason = "hot"        // a hot prefix spilled past the bound
+	ReasonLeading    Reason = "leading"    // its shared leading run is there
+	ReasonHome       Reason = "home"       // its recorded home
+	ReasonDetour     Reason = "detour"     // its place had too much prefill queued
+	ReasonLoad       Reason = "load"       // a new prefix, placed by load
+	ReasonRendezvous Reason = "rendezvous" // a new prefix at its rendezvous home
+	ReasonClaimed    Reason = "claimed"    // a new prefix another router placed
+)
+
+// Reasoner is a Strategy that says which rule made each pick.
+type Reasoner interface {
+	// PickReason is Pick, with the rule that decided ("" for -1).
+	PickReason(keys Keys, replicas []Replica) (int, Reason)
+}
+
+// Strategy picks a replica for one request. Implementations are safe for
+// concurrent use and deterministic given their seed.
+type Strategy interface {
+	// Name is the strategy's configuration name, e.g. "prefix_load".
+	Name() string
+	// Pick returns the index in replicas of the chosen replica, which is
+	// always Free, or -1 when no replica is Free. keys may be empty.
+	Pick(keys Keys, replicas []Replica) int
+}
+
+// Successor is a Strategy that can take over what another learned while
+// routing the same replicas (a reload's new configuration replacing the
+// old one's). Inherit reports whether it took anything from prev, which may
+// be any Strategy; it is called before the successor's first Pick.
+type Successor interface {
+	Inherit(prev Strategy) bool
+}
+
+// CheckObserver is a Strategy that learns from the engines' reports: the
+// caller passes it each prediction checked against the cached tokens an
+// engine reported (Belief.Check's input and verdict), for requests it
+// routed.
+type CheckObserver interface {
+	Observe(c Check, result CheckResult)
+}
+
+// PeerSensor is a Strategy that tells whether it treats the replicas as
+// shared with other routers (configured, or inferred from the engines),
+// and whether it now sends new prefixes to their rendezvous home (with
+// peers and no Directory, unless its traffic has shared nothing for
+// Options.UniqueRun requests).
+type PeerSensor interface {
+	Peers() bool
+	HomesNewPrefixes() bool
+}
+
+// Default strategy knobs. They were measured in the simulator and end to
+// end (docs/experiments.md has the figures); they are not Caddyfile
+// directives, since no deployment needs other values, and the lab varies
+// them through Options (the module's JSON-only tuning object).
+const (
+	// DefaultBalanceFactor is the CHWBL balance factor c: with the
+	// absolute slack it keeps a hot prefix together longer than HAProxy's
+	// 1.25 at no cost in tail latency.
 	DefaultBalanceFactor = 1.5
 	// DefaultLoadSlack is the absolute slack added to the CHWBL bound.
 	DefaultLoadSlack = 2
@@ -21,43 +82,28 @@ const (
 	// replica may have, as a fraction of a new prefix's own prompt, to be
 	// among the replicas the prefix may go to: 0.5, so that placing it
 	// there never delays its first token by more than half the prefill it
-	// needs anyway. Among those, alone, the least recently chosen takes
-	// it; with peers, its rendezvous home if that is one of them. With
-	// prompts of one size that is "the replicas with the least queued";
-	// larger fractions make instances agree on more first placements and
-	// queue traffic that shares nothing behind itself (variants.md).
+	// needs anyway. Larger fractions make instances agree on more first
+	// placements and queue traffic that shares nothing behind itself.
 	DefaultColdSlack = 0.5
 	// DefaultDetourSlack is how much longer, as a fraction of the prompt,
 	// the prefill a request would wait behind at the replica its prefix
 	// belongs to (its own uncached part included) may be than at the
 	// cheapest candidate before it takes a detour there: 1.5, so that a
 	// prefix keeps its replica until that one has about two and a half
-	// more prompts of its size queued than another. On the simulator's
-	// mixed workload 0.5 cut TTFT p99 most (0.94x round robin's at the
-	// standard point) but lost 8% of the hits; 1.5 kept the hit rate
-	// within 0.99x of prefix_affinity's with p99 0.97x round robin's, and
-	// on the end-to-end scenario 0.94x with 0.97x the hits; 3 and more
-	// give back the tail (docs/experiments.md).
+	// more prompts of its size queued than another. Smaller cuts the tail
+	// of mixed traffic and loses hits; much larger gives back the tail.
 	DefaultDetourSlack = 1.5
 	// DefaultColdBalanceFactor is the balance factor of the looser bound a
-	// cold prefix's home must be within. A new prefix's placement is
-	// where every later request of it goes, from every router instance,
-	// and each instance judges the bound from its own in-flight requests
-	// only. In the simulator (two routers, standard point) the shared 1.5
-	// made instances disagree on 3-4% of new prefixes; 2 and 3 on none of
-	// 64 and 1 of 256, with hit rates within 0.005. Through two caddy
-	// processes at 16 requests in flight each (bursty, a few per replica)
-	// 2 still disagreed on 0-1.5%, 3 on none in ten runs (also at 48 in
-	// flight each; integration/multiinstance_test.go). Since a new prefix
-	// is placed by pending prefill (ColdChoices 0), the cold bound only
-	// limits where a returning prefix's rendezvous home may be, and where
-	// cold_choices 1 sends every cold prefix.
+	// returning prefix's home must be within. A home is where every later
+	// request of the prefix goes, from every router instance, and each
+	// instance judges the bound from its own in-flight requests only, so
+	// the bound must be loose enough that instances agree on it.
 	DefaultColdBalanceFactor = 3.0
 	// DefaultUniqueRun is how many keyed requests in a row that found
 	// nothing seen before make a router with peers place new prefixes by
 	// load: 64, so that any traffic where one request in 64 comes back
 	// keeps the peer rule, and traffic that shares nothing stops paying
-	// for it (docs/experiments.md, "Traffic that shares nothing").
+	// for it.
 	DefaultUniqueRun = 64
 )
 
@@ -79,18 +125,6 @@ type Options struct {
 	// that prefix_load follows; shorter matches count as cold. 0 selects
 	// DefaultMinMatchBlocks.
 	MinMatchBlocks int
-	// ColdChoices selects prefix_load's cold rule. 0, the default, places
-	// a new prefix by pending prefill and remembers its home (see
-	// prefixLoad). 1, 2 and 3 are the rules of earlier releases, kept for
-	// comparison: 1 always sends a cold prefix to its rendezvous home
-	// within the cold bound (every instance agrees on every first
-	// placement, and traffic that shares nothing is hashed, not balanced:
-	// 2.5-4.3x the TTFT p99 of round robin in the simulator); 2 sends it
-	// to the second rank
-	// when that one is less loaded; 3 or more to the least-loaded
-	// candidate (ties to the higher rank), which with several instances
-	// scatters shared prompts.
-	ColdChoices int
 	// Peers says whether other router instances (or clients) send to the
 	// same replicas; PeersAuto, the default, infers it from the engines'
 	// metrics. With peers a prefix's home is its rendezvous home unless a
@@ -139,9 +173,8 @@ type Options struct {
 	// every instance follows the claim. nil keeps homes local.
 	Directory Directory `json:"-"`
 	// ColdBalanceFactor is c in the bound a cold prefix's home must be
-	// within (ColdChoices 1, and the homes of the default rule):
-	// ceil(c*(total+1)/n) + LoadSlack. Past it the
-	// prefix goes to the highest-ranked replica within that bound. It is
+	// within: ceil(c*(total+1)/n) + LoadSlack. Past it the prefix goes
+	// to the highest-ranked replica within that bound. It is
 	// looser than BalanceFactor because a cold placement should be one
 	// every router instance makes alike. 0 selects
 	// DefaultColdBalanceFactor, or BalanceFactor when that is larger; it
@@ -174,12 +207,6 @@ func (o Options) WithDefaults() (Options, error) {
 	}
 	if !(o.ColdBalanceFactor >= 1) {
 		return o, fmt.Errorf("llmroute: cold balance factor %v is below 1", o.ColdBalanceFactor)
-	}
-	switch {
-	case o.ColdChoices < 0:
-		o.ColdChoices = 0
-	case o.ColdChoices > 3:
-		o.ColdChoices = 3
 	}
 	var err error
 	if o.ColdSlack, err = slackOrDefault(o.ColdSlack, DefaultColdSlack, "cold slack"); err != nil {
@@ -217,7 +244,7 @@ func NewStrategy(name string, opts Options) (Strategy, error) {
 	case "least_load":
 		return &leastLoad{seed: o.Seed}, nil
 	case "prefix_load":
-		return newPrefixLoad(o, nil), nil
+		return newPrefixLoad(o), nil
 	}
 	return nil, fmt.Errorf("llmroute: unknown strategy %q (valid: %s)", name, strings.Join(StrategyNames, ", "))
 }

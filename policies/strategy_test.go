@@ -68,10 +68,10 @@ func TestOptionsDefaults(t *testing.T) {
 		in, want Options
 	}{
 		{Options{}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 2, MinMatchBlocks: 1, ColdBalanceFactor: DefaultColdBalanceFactor, ColdSlack: DefaultColdSlack, DetourSlack: DefaultDetourSlack, UniqueRun: DefaultUniqueRun}},
-		{Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdChoices: 1, ColdBalanceFactor: 1.25, Peers: PeersSome, ColdSlack: 1.5, DetourSlack: 4, UniqueRun: 9},
-			Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdChoices: 1, ColdBalanceFactor: 1.25, Peers: PeersSome, ColdSlack: 1.5, DetourSlack: 4, UniqueRun: 9}},
-		{Options{LoadSlack: -1, MinMatchBlocks: -3, ColdChoices: -2, ColdSlack: -1, DetourSlack: -1, UniqueRun: -1}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 0, MinMatchBlocks: 1, ColdBalanceFactor: DefaultColdBalanceFactor, UniqueRun: -1}},
-		{Options{ColdChoices: 9}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 2, MinMatchBlocks: 1, ColdChoices: 3, ColdBalanceFactor: DefaultColdBalanceFactor, ColdSlack: DefaultColdSlack, DetourSlack: DefaultDetourSlack, UniqueRun: DefaultUniqueRun}},
+		{Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdBalanceFactor: 1.25, Peers: PeersSome, ColdSlack: 1.5, DetourSlack: 4, UniqueRun: 9},
+			Options{Seed: 7, BalanceFactor: 2, LoadSlack: 5, MinMatchBlocks: 4, ColdBalanceFactor: 1.25, Peers: PeersSome, ColdSlack: 1.5, DetourSlack: 4, UniqueRun: 9}},
+		{Options{LoadSlack: -1, MinMatchBlocks: -3, ColdSlack: -1, DetourSlack: -1, UniqueRun: -1}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 0, MinMatchBlocks: 1, ColdBalanceFactor: DefaultColdBalanceFactor, UniqueRun: -1}},
+		{Options{}, Options{BalanceFactor: DefaultBalanceFactor, LoadSlack: 2, MinMatchBlocks: 1, ColdBalanceFactor: DefaultColdBalanceFactor, ColdSlack: DefaultColdSlack, DetourSlack: DefaultDetourSlack, UniqueRun: DefaultUniqueRun}},
 		// An unset cold factor is never tighter than the warm one.
 		{Options{BalanceFactor: 3}, Options{BalanceFactor: 3, LoadSlack: 2, MinMatchBlocks: 1, ColdBalanceFactor: 3, ColdSlack: DefaultColdSlack, DetourSlack: DefaultDetourSlack, UniqueRun: DefaultUniqueRun}},
 	}
@@ -106,7 +106,7 @@ func TestStrategiesNeverPickUnfree(t *testing.T) {
 			for i := range rs {
 				rs[i].Unavailable = i != 2
 			}
-			rs[2].Index.Insert(keys.Blocks)
+			rs[2].Index.(*Index).Insert(keys.Blocks)
 		}, []int{2}},
 		{"only 3 free, others full or out", func(rs []Replica) {
 			for i := range rs {
@@ -115,7 +115,7 @@ func TestStrategiesNeverPickUnfree(t *testing.T) {
 				} else if i != 3 {
 					rs[i].Cap, rs[i].InFlight = 1, 1
 				}
-				rs[i].Index.Insert(keys.Blocks)
+				rs[i].Index.(*Index).Insert(keys.Blocks)
 			}
 		}, []int{3}},
 	}
@@ -142,7 +142,7 @@ func TestStrategiesNeverPickUnfree(t *testing.T) {
 func TestPickDoesNotAllocate(t *testing.T) {
 	rs := replicas(16)
 	keys := Keys{Leading: 42, Blocks: []uint64{1, 2, 3, 4}}
-	rs[3].Index.Insert(keys.Blocks)
+	rs[3].Index.(*Index).Insert(keys.Blocks)
 	for _, name := range strategyNames(t) {
 		s := mustStrategy(t, name, Options{})
 		assert.Zero(t, testing.AllocsPerRun(100, func() { s.Pick(keys, rs) }), name)
@@ -166,9 +166,9 @@ func TestStrategiesConcurrent(t *testing.T) {
 				for i := 0; i < 300; i++ {
 					p := s.Pick(keys, rs)
 					assert.GreaterOrEqual(t, p, 0)
-					rs[p].Index.Insert(keys.Blocks)
+					rs[p].Index.(*Index).Insert(keys.Blocks)
 					if i%100 == 0 {
-						rs[p].Index.Purge()
+						rs[p].Index.(*Index).Purge()
 					}
 				}
 			}()

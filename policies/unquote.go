@@ -74,38 +74,99 @@ var unescaped = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 
 
 // writeLit renders an escaped literal whose decoded length is n: past the
 // block cap only the length counts, so it is added without decoding (most
-// of an agent's tool results lie there).
+// of an agent's tool results lie there), and a literal that reaches the
+// cap is decoded only up to it.
 func (c *sink) writeLit(lit []byte, n int) {
 	if c.capped() {
 		c.total += n
 		return
 	}
-	c.writeUnquoted(lit)
+	c.writeUnquotedN(lit, n)
 }
 
 // writeUnquoted renders the string literal lit (quotes included, valid
 // JSON: jsonscan.StringEnd accepted it) into the sink as unquote decodes
-// it, byte for byte, without building the string: the runs between
-// escapes go to the sink from lit itself. It is how fastChat renders an
-// escaped prompt string without a copy.
-func (c *sink) writeUnquoted(lit []byte) {
+// it, byte for byte, without building the string. It is how fastChat
+// renders an escaped prompt string without a copy.
+func (c *sink) writeUnquoted(lit []byte) { c.writeUnquotedN(lit, -1) }
+
+// writeUnquotedN is writeUnquoted for a literal whose decoded length is n
+// (-1: unknown). Source code has an escape every 15 bytes or so, so the
+// decoded bytes go to the sink a chunk at a time from a buffer on the
+// stack rather than a write per run and per escape; once the sink has all
+// its blocks, the rest only counts (n known) or is decoded without a
+// buffer to copy (n unknown: Write only counts then).
+func (c *sink) writeUnquotedN(lit []byte, n int) {
 	s := lit[1 : len(lit)-1]
-	for {
+	var buf [512]byte
+	k, done := 0, 0 // bytes in buf; bytes written before them
+	flush := func() bool {
+		c.Write(buf[:k])
+		done += k
+		k = 0
+		if n >= 0 && c.capped() {
+			c.total += n - done
+			return true
+		}
+		return false
+	}
+	for len(s) > 0 {
 		i := bytes.IndexByte(s, '\\')
 		if i < 0 {
-			c.Write(s)
+			i = len(s)
+		}
+		if run := s[:i]; k+len(run) <= len(buf) {
+			k += copy(buf[k:], run)
+		} else {
+			if flush() {
+				return
+			}
+			c.Write(run)
+			done += len(run)
+			if n >= 0 && c.capped() {
+				c.total += n - done
+				return
+			}
+		}
+		s = s[i:]
+		if len(s) == 0 {
+			break
+		}
+		if k+utf8.UTFMax > len(buf) && flush() {
 			return
 		}
-		c.Write(s[:i])
-		s = s[i:]
 		if e := s[1]; e != 'u' {
-			c.Write(unescaped[int(e) : int(e)+1])
+			buf[k] = unescaped[e]
+			k++
 			s = s[2:]
 			continue
 		}
 		r, width, _ := jsonscan.Unicode(s, 0)
 		s = s[width:]
-		n := utf8.EncodeRune(c.rune[:], r)
-		c.Write(c.rune[:n])
+		k += utf8.EncodeRune(buf[k:], r)
+	}
+	c.Write(buf[:k])
+}
+
+// appendUnquoted appends the string literal lit (quotes included, valid
+// JSON) to out decoded as unquote decodes it, without building the
+// string: writeUnquoted for a byte slice (the canonical form of tools).
+func appendUnquoted(out, lit []byte) []byte {
+	s := lit[1 : len(lit)-1]
+	for {
+		i := bytes.IndexByte(s, '\\')
+		if i < 0 {
+			return append(out, s...)
+		}
+		out = append(out, s[:i]...)
+		s = s[i:]
+		if e := s[1]; e != 'u' {
+			out = append(out, unescaped[e])
+			s = s[2:]
+			continue
+		}
+		r, width, _ := jsonscan.Unicode(s, 0)
+		s = s[width:]
+		out = utf8.AppendRune(out, r)
 	}
 }

@@ -55,14 +55,14 @@ func FuzzUnquote(f *testing.F) {
 
 // TestWriteUnquotedMatchesUnquote proves rendering a literal straight into
 // the sink gives the blocks and byte count that rendering unquote's string
-// gives, on escapes of every kind (surrogate pairs, lone surrogates,
+// gives, and appendUnquoted unquote's bytes, on escapes of every kind (surrogate pairs, lone surrogates,
 // invalid UTF-8 left as it is) at every split of the blocks.
 func TestWriteUnquotedMatchesUnquote(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	pieces := []string{`\n`, `\"`, `\\`, `\/`, `\b`, `\f`, `\r`, `\t`, `\u00e9`, `\u20ac`, `\ud83d\ude00`, `\ud83d`, `\udc00`, `\ud83dx`, `\ud83d\u0041`, "abc", "é", "\xff", " ", "0123456789abcdef"}
 	for range 5000 {
 		lit := []byte{'"'}
-		for range r.IntN(30) {
+		for range r.IntN(200) { // past writeUnquoted's 512-byte buffer too
 			lit = append(lit, pieces[r.IntN(len(pieces))]...)
 		}
 		lit = append(lit, '"')
@@ -78,6 +78,19 @@ func TestWriteUnquotedMatchesUnquote(t *testing.T) {
 		b.WriteString(want)
 		if a.total != b.total || !slices.Equal(a.blocks, b.blocks) || a.n != b.n || !bytes.Equal(a.buf, b.buf) {
 			t.Fatalf("writeUnquoted(%s): %d bytes, %v; unquote: %d bytes, %v", lit, a.total, a.blocks, b.total, b.blocks)
+		}
+		// With its decoded length known, over a chain of few blocks: what
+		// lies past the cap only counts.
+		var cn, cw sink
+		cn.initChain(7, bs, 1+r.IntN(3), len(lit))
+		cw.initChain(7, bs, cn.max, len(lit))
+		cn.writeLit(lit, len(want))
+		cw.WriteString(want)
+		if cn.total != cw.total || !slices.Equal(cn.blocks, cw.blocks) || cn.n != cw.n || !bytes.Equal(cn.buf, cw.buf) {
+			t.Fatalf("writeLit(%s) at %d blocks: %d bytes, %v; unquote: %d bytes, %v", lit, cn.max, cn.total, cn.blocks, cw.total, cw.blocks)
+		}
+		if got := appendUnquoted([]byte("x"), lit); string(got) != "x"+want {
+			t.Fatalf("appendUnquoted(%s) = %q, unquote %q", lit, got[1:], want)
 		}
 	}
 }

@@ -139,10 +139,10 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 
 // anthropicUsage is Anthropic's usage object.
 type anthropicUsage struct {
-	InputTokens              int `json:"input_tokens"`
-	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
-	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
-	OutputTokens             int `json:"output_tokens"`
+	InputTokens              int  `json:"input_tokens"`
+	CacheCreationInputTokens int  `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     *int `json:"cache_read_input_tokens,omitempty"`
+	OutputTokens             int  `json:"output_tokens"`
 }
 
 // anthropicMessage is a message object (the JSON answer, and
@@ -177,7 +177,7 @@ func (anthropicFormat) message(g *generation, content []map[string]any, u anthro
 // open writes message_start (with the prompt's usage), the text block's
 // start and a ping.
 func (f anthropicFormat) open(g *generation, cached int) error {
-	u := anthropicUsage{InputTokens: len(g.prompt) - cached, CacheReadInputTokens: cached}
+	u := g.s.cfg.Personality.anthropicUsage(len(g.prompt), cached, 0)
 	start := map[string]any{"type": "message_start", "message": f.message(g, []map[string]any{}, u, nil)}
 	if err := g.writeNamed("message_start", start); err != nil {
 		return err
@@ -203,8 +203,7 @@ func (anthropicFormat) close(g *generation, ev simengine.Event) error {
 	u := ev.Usage
 	delta := map[string]any{"type": "message_delta",
 		"delta": map[string]any{"stop_reason": stopReason(ev.Reason), "stop_sequence": nil},
-		"usage": anthropicUsage{InputTokens: u.PromptTokens - u.CachedTokens, CacheReadInputTokens: u.CachedTokens,
-			OutputTokens: u.CompletionTokens}}
+		"usage": g.s.cfg.Personality.anthropicUsage(u.PromptTokens, u.CachedTokens, u.CompletionTokens)}
 	if err := g.writeNamed("message_delta", delta); err != nil {
 		return err
 	}
@@ -215,6 +214,5 @@ func (f anthropicFormat) whole(g *generation, text string, ev simengine.Event) a
 	u := ev.Usage
 	stop := stopReason(ev.Reason)
 	return f.message(g, []map[string]any{{"type": "text", "text": text}},
-		anthropicUsage{InputTokens: u.PromptTokens - u.CachedTokens, CacheReadInputTokens: u.CachedTokens,
-			OutputTokens: u.CompletionTokens}, &stop)
+		g.s.cfg.Personality.anthropicUsage(u.PromptTokens, u.CachedTokens, u.CompletionTokens), &stop)
 }

@@ -115,7 +115,7 @@ func decodeMsg(t *testing.T, resp *http.Response) anthropicMsg {
 }
 
 func TestMessagesNonStreaming(t *testing.T) {
-	r := startReplica(t, Config{Name: "alpha"})
+	r := startReplica(t, Config{Name: "alpha", Personality: LlamaCpp})
 	long := longText(1, 200)
 	resp, err := r.post(t, context.Background(), pathMessages, messagesBody(long, false, nil))
 	require.NoError(t, err)
@@ -130,7 +130,7 @@ func TestMessagesNonStreaming(t *testing.T) {
 	assert.Equal(t, "text", m.Content[0].Type)
 	assert.Len(t, strings.Fields(m.Content[0].Text), 5)
 	assert.Equal(t, 5, m.Usage.OutputTokens)
-	assert.Zero(t, m.Usage.CacheReadInputTokens, "cold cache")
+	assert.Zero(t, cacheRead(m.Usage), "cold cache")
 	prompt := m.Usage.InputTokens
 	assert.Greater(t, prompt, 200)
 
@@ -139,13 +139,13 @@ func TestMessagesNonStreaming(t *testing.T) {
 	m2 := decodeMsg(t, resp)
 	assert.Equal(t, "max_tokens", m2.StopReason)
 	assert.Equal(t, 3, m2.Usage.OutputTokens)
-	assert.Positive(t, m2.Usage.CacheReadInputTokens, "the same prompt again is served from the cache")
-	assert.Equal(t, prompt, m2.Usage.InputTokens+m2.Usage.CacheReadInputTokens, "input_tokens counts only what was not cached")
+	assert.Positive(t, cacheRead(m2.Usage), "the same prompt again is served from the cache")
+	assert.Equal(t, prompt, m2.Usage.InputTokens+cacheRead(m2.Usage), "input_tokens counts only what was not cached")
 	assert.Zero(t, m2.Usage.CacheCreationInputTokens)
 }
 
 func TestMessagesStreaming(t *testing.T) {
-	r := startReplica(t, Config{})
+	r := startReplica(t, Config{Personality: LlamaCpp})
 	long := longText(2, 200)
 	var cold int
 	for i := range 2 {
@@ -189,7 +189,7 @@ func TestMessagesStreaming(t *testing.T) {
 // chat and as messages: a messages request after the chat one is cached as
 // a chat repeat would be.
 func TestMessagesShareTheChatCache(t *testing.T) {
-	r := startReplica(t, Config{})
+	r := startReplica(t, Config{Personality: LlamaCpp})
 	user := longText(3, 300)
 	chat := map[string]any{"model": "m", "messages": []map[string]any{
 		{"role": "system", "content": "You are terse."}, {"role": "user", "content": user},
@@ -205,9 +205,9 @@ func TestMessagesShareTheChatCache(t *testing.T) {
 	resp, err = r.post(t, context.Background(), pathMessages, msgs)
 	require.NoError(t, err)
 	m := decodeMsg(t, resp)
-	assert.Equal(t, c.Usage.PromptTokens, m.Usage.InputTokens+m.Usage.CacheReadInputTokens, "same rendering, same length")
+	assert.Equal(t, c.Usage.PromptTokens, m.Usage.InputTokens+cacheRead(m.Usage), "same rendering, same length")
 	bs := r.s.Config().Engine.BlockSize
-	assert.Equal(t, (c.Usage.PromptTokens-1)/bs*bs, m.Usage.CacheReadInputTokens, "every full block but the last cached, as for a repeat")
+	assert.Equal(t, (c.Usage.PromptTokens-1)/bs*bs, cacheRead(m.Usage), "every full block but the last cached, as for a repeat")
 
 	resp, err = r.post(t, context.Background(), pathCountTokens, msgs)
 	require.NoError(t, err)
@@ -314,4 +314,12 @@ func TestParseMessagesRendersTemplate(t *testing.T) {
 	assert.False(t, g.includeUsage)
 	assert.Equal(t, 9, g.maxTokens)
 	assert.Equal(t, "<|system|>\nBe brief.\n<|user|>\n<|image_url|>what?\n<|assistant|>\na cat\n<|tool|>\nr1\n<|tool|>\nr2\n<|assistant|>\n", g.prompt)
+}
+
+// cacheRead is usage's cache_read_input_tokens, 0 when absent.
+func cacheRead(u anthropicUsage) int {
+	if u.CacheReadInputTokens == nil {
+		return 0
+	}
+	return *u.CacheReadInputTokens
 }

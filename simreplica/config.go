@@ -38,6 +38,16 @@ type Config struct {
 	Model string
 	// Engine configures the engine model (blocks, limits, costs, speed).
 	Engine simengine.Config
+	// Personality is the engine whose answers and metrics the replica
+	// writes (what usage says about cached tokens, metric names, labels
+	// and freshness); "" is vllm.
+	Personality Personality
+	// DataParallel is, for vllm, how many engines the metrics show (one
+	// series each, the engine label); 0 and 1 are one.
+	DataParallel int
+	// APIKey, for llamacpp, keeps /metrics behind "Authorization: Bearer
+	// <key>", as llama.cpp's server started with --api-key does.
+	APIKey string
 	// OutputTokens is the natural answer length: after that many tokens
 	// the fake model stops with finish_reason "stop" (unless max_tokens
 	// comes first: "length"). X-Sim-Output-Tokens overrides it.
@@ -62,6 +72,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
+	if c.Personality == "" {
+		c.Personality = VLLM
+	}
 	if c.Name == "" {
 		c.Name = DefaultName
 	}

@@ -365,7 +365,7 @@ func (openaiFormat) close(g *generation, ev simengine.Event) error {
 		} else {
 			u.Choices = []textChoice{}
 		}
-		u.Usage = toAPIUsage(ev.Usage)
+		u.Usage = g.s.cfg.Personality.apiUsage(ev.Usage)
 		if err := g.writeChunk(u); err != nil {
 			return err
 		}
@@ -375,7 +375,7 @@ func (openaiFormat) close(g *generation, ev simengine.Event) error {
 
 func (openaiFormat) whole(g *generation, text string, ev simengine.Event) any {
 	reason := strPtr(ev.Reason.String())
-	resp := apiResponse{ID: g.respID, Created: g.created, Model: g.req.model, Usage: toAPIUsage(ev.Usage)}
+	resp := apiResponse{ID: g.respID, Created: g.created, Model: g.req.model, Usage: g.s.cfg.Personality.apiUsage(ev.Usage)}
 	if g.req.kind == apiChat {
 		resp.Object = "chat.completion"
 		resp.Choices = []chatChoice{{Index: 0, Message: &chatMessage{Role: "assistant", Content: &text}, FinishReason: reason}}

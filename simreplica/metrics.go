@@ -29,8 +29,9 @@ const (
 
 // engineCollector reads the engine's stats at scrape time.
 type engineCollector struct {
-	s      *Server
-	labels []string // model_name, engine values
+	s *Server
+	// dp is the number of data-parallel engines written (Config.DataParallel).
+	dp int
 
 	running, waiting, kvUsage, queries, hits, promptTok, genTok,
 	preempt, cacheConfig, cachedBlocks, evictions, busy *prometheus.Desc
@@ -41,7 +42,7 @@ func newEngineCollector(s *Server) *engineCollector {
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, vl, nil) }
 	return &engineCollector{
 		s:         s,
-		labels:    []string{"0", s.cfg.Model},
+		dp:        max(s.cfg.DataParallel, 1),
 		running:   d(metricRunning, "Number of requests in model execution batches."),
 		waiting:   d(metricWaiting, "Number of requests waiting to be processed."),
 		kvUsage:   d(metricKVUsage, "KV-cache usage. 1 means 100 percent usage."),
@@ -51,7 +52,8 @@ func newEngineCollector(s *Server) *engineCollector {
 		genTok:    d(metricGenTokens, "Number of generation tokens processed."),
 		preempt:   d(metricPreemptions, "Cumulative number of preemption from the engine."),
 		cacheConfig: prometheus.NewDesc(metricCacheConfig, "Information of the LLMEngine CacheConfig",
-			[]string{"block_size", "enable_prefix_caching", "engine", "num_gpu_blocks"}, nil),
+			[]string{"block_size", "cache_dtype", "enable_prefix_caching", "engine", "gpu_memory_utilization",
+				"num_cpu_blocks", "num_gpu_blocks", "prefix_caching_hash_algo"}, nil),
 		cachedBlocks: d(metricCachedBlocks, "KV blocks holding reusable prefix content (simulator only)."),
 		evictions:    d(metricEvictions, "Cached KV blocks evicted (simulator only)."),
 		busy:         d(metricBusy, "Modelled engine step time, summed (simulator only)."),
@@ -66,28 +68,34 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect implements prometheus.Collector.
+// Collect implements prometheus.Collector: one series per engine, the
+// engine's figures split over them (counts sum, KV usage averages to the
+// engine's own).
 func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.s.drv.stats()
-	g := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, c.labels...)
+	for e := range c.dp {
+		labels := []string{engineLabel(e), c.s.cfg.Model}
+		g := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+		}
+		cnt := func(d *prometheus.Desc, v int) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(engineSplit(v, e, c.dp)), labels...)
+		}
+		g(c.running, float64(engineSplit(st.Running, e, c.dp)))
+		g(c.waiting, float64(engineSplit(st.Waiting, e, c.dp)))
+		g(c.kvUsage, st.KVUsage)
+		cnt(c.queries, int(st.PrefixCacheQueries))
+		cnt(c.hits, int(st.PrefixCacheHits))
+		cnt(c.promptTok, int(st.PromptTokens))
+		cnt(c.genTok, int(st.GenerationTokens))
+		cnt(c.preempt, int(st.Preemptions))
+		ch <- prometheus.MustNewConstMetric(c.cacheConfig, prometheus.GaugeValue, 1,
+			strconv.Itoa(st.BlockSize), "auto", "True", engineLabel(e), "0.9", "None",
+			strconv.Itoa(engineSplit(st.NumBlocks, e, c.dp)), "builtin")
+		g(c.cachedBlocks, float64(engineSplit(st.CachedBlocks, e, c.dp)))
+		cnt(c.evictions, int(st.Evictions))
+		g(c.busy, st.BusyTime.Seconds()/float64(c.dp))
 	}
-	cnt := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, c.labels...)
-	}
-	g(c.running, float64(st.Running))
-	g(c.waiting, float64(st.Waiting))
-	g(c.kvUsage, st.KVUsage)
-	cnt(c.queries, float64(st.PrefixCacheQueries))
-	cnt(c.hits, float64(st.PrefixCacheHits))
-	cnt(c.promptTok, float64(st.PromptTokens))
-	cnt(c.genTok, float64(st.GenerationTokens))
-	cnt(c.preempt, float64(st.Preemptions))
-	ch <- prometheus.MustNewConstMetric(c.cacheConfig, prometheus.GaugeValue, 1,
-		strconv.Itoa(st.BlockSize), "True", "0", strconv.Itoa(st.NumBlocks))
-	g(c.cachedBlocks, float64(st.CachedBlocks))
-	cnt(c.evictions, float64(st.Evictions))
-	cnt(c.busy, st.BusyTime.Seconds())
 }
 
 // pathLabel maps a request path to the bounded set of sim_requests_total

@@ -236,22 +236,16 @@ func (g *genRequest) tokens() []uint32 {
 
 // apiUsage is the OpenAI usage object.
 type apiUsage struct {
-	PromptTokens        int `json:"prompt_tokens"`
-	CompletionTokens    int `json:"completion_tokens"`
-	TotalTokens         int `json:"total_tokens"`
-	PromptTokensDetails struct {
-		CachedTokens int `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+	// PromptTokensDetails is written as the engine does (Personality).
+	PromptTokensDetails *cachedDetails `json:"prompt_tokens_details,omitempty"`
 }
 
-func toAPIUsage(u simengine.Usage) *apiUsage {
-	a := &apiUsage{
-		PromptTokens:     u.PromptTokens,
-		CompletionTokens: u.CompletionTokens,
-		TotalTokens:      u.PromptTokens + u.CompletionTokens,
-	}
-	a.PromptTokensDetails.CachedTokens = u.CachedTokens
-	return a
+// cachedDetails is prompt_tokens_details.
+type cachedDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // chatMessage is an assistant message (non-streaming) or delta (streaming).

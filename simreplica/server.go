@@ -72,6 +72,9 @@ type Server struct {
 // engine configuration or global fault spec.
 func New(cfg Config) (*Server, error) {
 	cfg = cfg.withDefaults()
+	if _, err := ParsePersonality(string(cfg.Personality)); err != nil {
+		return nil, err
+	}
 	eng, err := simengine.New(cfg.Engine)
 	if err != nil {
 		return nil, err
@@ -96,7 +99,7 @@ func New(cfg Config) (*Server, error) {
 		Name: metricRequests,
 		Help: "HTTP requests received by the simulated replica, by path.",
 	}, []string{"path"})
-	reg.MustRegister(s.reqTotal, newEngineCollector(s))
+	reg.MustRegister(s.reqTotal, collectorFor(s))
 	s.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	s.drv = newDriver(eng)
 	s.setFault(f, cfg.FaultDuration)
@@ -285,6 +288,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.handleHealth(w)
 		}
 	case pathMetrics:
+		if s.cfg.Personality == LlamaCpp && s.cfg.APIKey != "" && !keyed(r, s.cfg.APIKey) {
+			// llama.cpp's server keeps /metrics behind --api-key.
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"error": map[string]any{"code": 401, "message": "Invalid API Key", "type": "authentication_error"}})
+			return
+		}
 		if allow(w, r, http.MethodGet, http.MethodHead) {
 			s.metrics.ServeHTTP(w, r)
 		}

@@ -125,7 +125,15 @@ func TestChatStreaming(t *testing.T) {
 }
 
 func TestStreamIncludeUsage(t *testing.T) {
-	r := startReplica(t, Config{})
+	for _, p := range []Personality{VLLM, SGLang, LlamaCpp} {
+		t.Run(string(p), func(t *testing.T) { streamIncludeUsage(t, p) })
+	}
+}
+
+// streamIncludeUsage checks the usage chunk of a cold prompt: llama.cpp
+// writes cached_tokens 0, vLLM and SGLang no details at all.
+func streamIncludeUsage(t *testing.T, p Personality) {
+	r := startReplica(t, Config{Personality: p})
 	body := chatBody("usage please", true, map[string]any{"stream_options": map[string]any{"include_usage": true}, "max_tokens": 2})
 	resp, err := r.post(t, context.Background(), pathChat, body)
 	require.NoError(t, err)
@@ -140,7 +148,11 @@ func TestStreamIncludeUsage(t *testing.T) {
 	u := last["usage"].(map[string]any)
 	assert.EqualValues(t, 2, u["completion_tokens"])
 	assert.EqualValues(t, u["prompt_tokens"].(float64)+2, u["total_tokens"])
-	assert.Contains(t, u, "prompt_tokens_details")
+	if p == LlamaCpp {
+		assert.Equal(t, map[string]any{"cached_tokens": 0.0}, u["prompt_tokens_details"])
+	} else {
+		assert.NotContains(t, u, "prompt_tokens_details", "silence when nothing was cached")
+	}
 	for _, ch := range st.chunks[:3] {
 		assert.NotContains(t, ch, "usage")
 	}

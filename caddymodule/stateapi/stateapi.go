@@ -87,6 +87,13 @@ type Replica struct {
 	IndexCapacity int      `json:"index_capacity"`
 	Engine        *Engine  `json:"engine,omitempty"`
 	Feedback      Feedback `json:"feedback"`
+	// ReportsCached lists the endpoint kinds (chat, completions,
+	// responses, messages) for which the replica has reported cached
+	// tokens: its silence there now means none cached (cache_report auto).
+	ReportsCached []string `json:"reports_cached,omitempty"`
+	// Sessions counts the sessions whose last request went to this
+	// replica (remembered, not expired).
+	Sessions int `json:"sessions"`
 }
 
 // Engine is the last scrape of a replica's own metrics.
@@ -136,7 +143,6 @@ type Policy struct {
 	BalanceFactor     float64       `json:"balance_factor"`
 	ColdBalanceFactor float64       `json:"cold_balance_factor"`
 	LoadSlack         int           `json:"load_slack"`
-	ColdChoices       int           `json:"cold_choices"`
 	SlowStart         time.Duration `json:"slow_start,omitempty"`
 	CooldownBase      time.Duration `json:"cooldown_base"`
 	CooldownMax       time.Duration `json:"cooldown_max"`
@@ -160,8 +166,11 @@ type Policy struct {
 	// alone, with a directory, or once UniqueRun requests in a row found
 	// nothing seen before). Absent for the other strategies.
 	NewPrefixes string `json:"new_prefixes,omitempty"`
-	// UniqueRun is prefix_load's unique_run setting (-1: never).
+	// UniqueRun is prefix_load's tuning.unique_run (-1: never).
 	UniqueRun int `json:"unique_run,omitempty"`
+	// Replicas are the addresses of the replicas the policy holds state
+	// for (its pool's), sorted.
+	Replicas []string `json:"replicas,omitempty"`
 }
 
 // SlotHold is a policy's slot_hold: its bound, the estimates its decision

@@ -61,6 +61,9 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- string
 		faultDuration = fs.Duration("fault-duration", 0, "clear the global fault after this long (0: never)")
 		restartDown   = fs.Duration("restart-down", simreplica.DefaultRestartDown, "how long POST /sim/restart keeps the replica down")
 		quiet         = fs.Bool("quiet", false, "log nothing but errors")
+		engine        = fs.String("engine", string(simreplica.VLLM), "engine whose answers and metrics to write: vllm (no cached_tokens when 0), sglang (likewise; lagging gauges), llamacpp (always; -api-key guards /metrics)")
+		dp            = fs.Int("dp", 1, "vllm: data-parallel engines shown in the metrics (one series each)")
+		apiKey        = fs.String("api-key", "", "llamacpp: key /metrics requires, as llama-server --api-key")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -82,9 +85,16 @@ func run(ctx context.Context, args []string, logw io.Writer, ready chan<- string
 	if *quiet {
 		logf = func(string, ...any) {}
 	}
+	personality, err := simreplica.ParsePersonality(*engine)
+	if err != nil {
+		return err
+	}
 	s, err := simreplica.New(simreplica.Config{
-		Name:  *name,
-		Model: *model,
+		Name:         *name,
+		Model:        *model,
+		Personality:  personality,
+		DataParallel: *dp,
+		APIKey:       *apiKey,
 		Engine: simengine.Config{
 			NumBlocks:           *blocks,
 			BlockSize:           *blockSize,

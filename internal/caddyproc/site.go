@@ -46,9 +46,6 @@ type SiteConfig struct {
 	FailStatus   []int
 	// StatusFails is status_fails; 0 keeps the default.
 	StatusFails int
-	ColdChoices int // 0 keeps the default
-	// ColdBalanceFactor is cold_balance_factor; 0 keeps the default.
-	ColdBalanceFactor float64
 	// SlowStart, when set, is the policy's slow_start ramp.
 	SlowStart time.Duration
 	// SheddableShare is sheddable_share; 0 keeps the default.
@@ -142,19 +139,14 @@ http://{{.ListenAddr}} {
 			max_in_flight {{.MaxInFlight}}
 			queue_size {{.QueueSize}}
 			queue_timeout {{.QueueTimeout}}
-			cooldown {{.CooldownBase}} {{.CooldownMax}}
+			cooldown {{.CooldownBase}} {{.CooldownMax}} {
 {{- if .FailStatus}}
-			fail_status {{ints .FailStatus}}
+				fail_status {{ints .FailStatus}}
 {{- end}}
 {{- if .StatusFails}}
-			status_fails {{.StatusFails}}
+				status_fails {{.StatusFails}}
 {{- end}}
-{{- if .ColdChoices}}
-			cold_choices {{.ColdChoices}}
-{{- end}}
-{{- if .ColdBalanceFactor}}
-			cold_balance_factor {{.ColdBalanceFactor}}
-{{- end}}
+			}
 {{- if .SlowStart}}
 			slow_start {{.SlowStart}}
 {{- end}}

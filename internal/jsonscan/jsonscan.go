@@ -25,6 +25,8 @@ const MaxDepth = 500
 type Scanner struct {
 	b []byte
 	i int
+	// loose is set whenever WS skips white space (SkipTight reads it).
+	loose bool
 }
 
 // New returns a scanner at the start of b.
@@ -46,6 +48,7 @@ func (s *Scanner) WS() {
 		switch s.b[s.i] {
 		case ' ', '\t', '\n', '\r':
 			s.i++
+			s.loose = true
 		default:
 			return
 		}
@@ -198,8 +201,8 @@ func (s *Scanner) key(names []string) (string, int, bool) {
 // of them but for case, which encoding/json would match to that field.
 func MatchName(key string, names []string) (i int, ok bool) {
 	for i, n := range names {
-		if len(n) != len(key) {
-			continue // ASCII: no fold changes a length
+		if len(n) != len(key) || len(n) > 0 && key[0]|0x20 != n[0]|0x20 {
+			continue // ASCII: no fold changes a length, nor a first byte but for 0x20
 		}
 		if key == n {
 			return i, true
@@ -331,10 +334,10 @@ func StringEnd(b []byte, i int) (end int, esc, ok bool) {
 func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 	j := i + 1
 	escapes, shrink := 0, 0 // shrink: the bytes the escapes lose in decoding
-	// Keys and short values: eight bytes at a time, the first quote,
-	// backslash or control byte ends them sooner than the searches below
-	// get going.
-	for k := j; k+8 <= len(b) && k < j+32; k += 8 {
+	// Keys and short values (shortString): eight bytes at a time, the
+	// first quote, backslash or control byte ends them sooner than the
+	// searches below get going.
+	for k := j; k+8 <= len(b) && k < j+shortString; k += 8 {
 		m := firstSpecial(binary.LittleEndian.Uint64(b[k:]))
 		if m == 0 {
 			continue
@@ -593,6 +596,13 @@ func movemask(m uint64) uint64 {
 	return (m >> 7) * 0x0102040810204080 >> 56
 }
 
+// shortString is how far StringEndLen reads eight bytes at a time for the
+// first quote, backslash or control byte before its searches: far enough
+// for keys and for the tens-of-bytes values of a tool's schema (types,
+// property descriptions), whose three searches' calls cost more than
+// the words.
+const shortString = 128
+
 // nearEscape is how far StringEndLen looks, eight bytes at a time, past
 // an escape before the searches.
 const nearEscape = 16
@@ -610,6 +620,21 @@ func (s *Scanner) String() (lit []byte, esc, ok bool) {
 	lit = s.b[s.i:end]
 	s.i = end
 	return lit, esc, true
+}
+
+// StringLen is String that returns the literal's decoded length
+// (StringEndLen) instead: it holds escapes when n != len(lit)-2.
+func (s *Scanner) StringLen() (lit []byte, n int, ok bool) {
+	if s.Peek() != '"' {
+		return nil, 0, false
+	}
+	end, n, ok := StringEndLen(s.b, s.i)
+	if !ok {
+		return nil, 0, false
+	}
+	lit = s.b[s.i:end]
+	s.i = end
+	return lit, n, true
 }
 
 // Text decodes a string literal as encoding/json does. A literal without
@@ -709,6 +734,17 @@ func (s *Scanner) Int() (int64, bool) {
 
 // Skip reads any value after white space and returns its bytes.
 func (s *Scanner) Skip() ([]byte, bool) { return s.skip(0) }
+
+// SkipTight is Skip that also reports whether the value is tight: no
+// white space outside its strings, so that it is its own compact form
+// (what json.Compact would make of it), as the bodies clients serialize
+// are.
+func (s *Scanner) SkipTight() (v []byte, tight, ok bool) {
+	s.WS()
+	s.loose = false
+	v, ok = s.skip(0)
+	return v, !s.loose, ok
+}
 
 func (s *Scanner) skip(depth int) ([]byte, bool) {
 	if depth > MaxDepth {

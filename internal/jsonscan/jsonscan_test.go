@@ -496,3 +496,102 @@ func TestPlainKey(t *testing.T) {
 		t.Fatalf("only %d of 50,000 literals accepted", accepted)
 	}
 }
+
+// TestSkipTight proves SkipTight calls a value tight exactly when
+// json.Compact leaves it as it is, on valid edge cases and on spaces
+// inserted into them (white space before the value is not part of it).
+func TestSkipTight(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	checked, loose := 0, 0
+	check := func(doc string) {
+		if !json.Valid([]byte(doc)) {
+			return
+		}
+		s := New([]byte(doc))
+		v, tight, ok := s.SkipTight()
+		if !ok || !s.End() {
+			t.Fatalf("SkipTight(%q) declined a valid document", doc)
+		}
+		var c bytes.Buffer
+		if err := json.Compact(&c, v); err != nil {
+			t.Fatal(err)
+		}
+		if want := c.String() == string(v); tight != want {
+			t.Fatalf("SkipTight(%q) tight = %v, want %v", doc, tight, want)
+		}
+		checked++
+		if !tight {
+			loose++
+		}
+	}
+	for _, d := range docs {
+		check(d)
+		check(" \n" + d)
+		for range 50 {
+			b := []byte(d)
+			i := r.IntN(len(b) + 1)
+			check(string(append(b[:i:i], append([]byte{" \t\n\r"[r.IntN(4)]}, b[i:]...)...)))
+		}
+	}
+	if checked != 661 || loose != 228 {
+		t.Errorf("checked %d documents, %d loose; want 661, 228", checked, loose)
+	}
+}
+
+// TestStringLen checks the Scanner's StringLen against StringEndLen.
+func TestStringLen(t *testing.T) {
+	for _, lit := range []string{`"abc"`, `"a\nb"`, `"\u00e9\ud83d\ude00"`, `""`} {
+		s := New([]byte(" " + lit))
+		got, n, ok := s.StringLen()
+		end, wantN, wantOK := StringEndLen([]byte(lit), 0)
+		if string(got) != lit || n != wantN || !ok || !wantOK || end != len(lit) || s.Pos() != len(lit)+1 {
+			t.Errorf("StringLen(%s) = %q, %d, %v", lit, got, n, ok)
+		}
+	}
+	for _, bad := range []string{`"abc`, `x`, `"\x"`, ``} {
+		s := New([]byte(bad))
+		if _, _, ok := s.StringLen(); ok {
+			t.Errorf("StringLen(%q) accepted", bad)
+		}
+	}
+}
+
+// TestMatchNameFolds checks MatchName against strings.EqualFold on keys
+// and names of bytes that fold, bytes 0x20 apart that do not ('@' and
+// '`', '[' and '{'), and others.
+func TestMatchNameFolds(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	const alphabet = "aAbBzZ@`[{_-0 "
+	word := func() string {
+		b := make([]byte, 1+r.IntN(3))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	declined := 0
+	for range 20000 {
+		names := []string{word(), word(), word()}
+		key := word()
+		wantI, wantOK := -1, true
+		for i, n := range names {
+			if key == n {
+				wantI = i
+				break
+			}
+			if strings.EqualFold(key, n) {
+				wantI, wantOK = -1, false
+				break
+			}
+		}
+		if i, ok := MatchName(key, names); i != wantI || ok != wantOK {
+			t.Fatalf("MatchName(%q, %q) = %d, %v; want %d, %v", key, names, i, ok, wantI, wantOK)
+		}
+		if !wantOK {
+			declined++
+		}
+	}
+	if declined != 265 {
+		t.Errorf("%d keys declined, want 265", declined)
+	}
+}

@@ -79,23 +79,19 @@ type Policy struct {
 var directoryPolicy = Policy{Name: "prefix_load homes_directory", Strategy: "prefix_load", SharedHomes: true,
 	Options: []string{"homes_directory {DIRECTORY} {", "\tkey_prefix {RUN}:", "}"}}
 
-// DefaultPolicies are the module's four strategies with their defaults,
-// and prefix_load with the previous release's cold rule.
+// DefaultPolicies are the module's four strategies with their defaults.
 var DefaultPolicies = []Policy{
 	{Name: "round_robin", Strategy: "round_robin"},
 	{Name: "least_load", Strategy: "least_load"},
 	{Name: "prefix_affinity", Strategy: "prefix_affinity"},
 	{Name: "prefix_load", Strategy: "prefix_load"},
-	{Name: "prefix_load cold_choices 1", Strategy: "prefix_load", Options: []string{"cold_choices 1"}, Sim: policies.Options{ColdChoices: 1}},
 }
 
 // coldRulePolicies are prefix_load with other cold rules, run by name
 // only (-e2e-policies): what a new prefix's placement costs with two
 // routers and nothing shared (lab/experiments/results/e2e_cold_rules).
 var coldRulePolicies = []Policy{
-	{Name: "prefix_load cold_slack -1", Strategy: "prefix_load", Options: []string{"cold_slack -1"}, Sim: policies.Options{ColdSlack: -1}},
 	{Name: "prefix_load peers none", Strategy: "prefix_load", Options: []string{"peers none"}, Sim: policies.Options{Peers: policies.PeersNone}},
-	{Name: "prefix_load unique_run -1", Strategy: "prefix_load", Options: []string{"unique_run -1"}, Sim: policies.Options{UniqueRun: -1}},
 }
 
 // PoliciesNamed returns the policies of DefaultPolicies, the homes

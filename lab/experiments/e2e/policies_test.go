@@ -14,8 +14,8 @@ func TestPoliciesNamed(t *testing.T) {
 	if len(got) != 2 || got[0].Name != "prefix_load homes_directory" || !got[0].SharedHomes || got[1].Strategy != "round_robin" {
 		t.Fatalf("got %+v", got)
 	}
-	got, err = PoliciesNamed([]string{"prefix_load peers none", "prefix_load cold_slack -1"})
-	if err != nil || got[0].Sim.Peers != policies.PeersNone || got[0].Options[0] != "peers none" || got[1].Sim.ColdSlack != -1 {
+	got, err = PoliciesNamed([]string{"prefix_load peers none"})
+	if err != nil || got[0].Sim.Peers != policies.PeersNone || got[0].Options[0] != "peers none" {
 		t.Fatalf("cold rules: %+v %v", got, err)
 	}
 	if _, err := PoliciesNamed([]string{"round_robin", "fastest"}); err == nil {

@@ -33,15 +33,21 @@ func (p strategyPicker) pick(f *flight, view []policies.Replica) int {
 // observerOf returns the picker's strategy when it learns from the
 // engines' reports (policies.CheckObserver), as the module passes them.
 func observerOf(p picker) policies.CheckObserver {
-	var s policies.Strategy
+	o, _ := strategyOf(p).(policies.CheckObserver)
+	return o
+}
+
+// strategyOf returns the policies.Strategy a picker runs, or nil.
+func strategyOf(p picker) policies.Strategy {
 	switch p := p.(type) {
 	case strategyPicker:
-		s = p.s
+		return p.s
 	case *oracle:
-		s = p.s
+		return p.s
+	case *coldRules:
+		return p.pl
 	}
-	o, _ := s.(policies.CheckObserver)
-	return o
+	return nil
 }
 
 // randomPicker picks a Free replica uniformly at random.
@@ -126,19 +132,37 @@ type oracle struct {
 	s       policies.Strategy
 	engines []*simengine.Engine
 	cur     *flight // the request being decided (the sim is single-threaded)
+	// truth answers for each replica in place of its index, and view is
+	// the decision's view with them.
+	truth []trueCache
+	view  []policies.Replica
+}
+
+// trueCache is a replica's true cached prefix, as prefix_load's residency
+// answer (policies.Resident).
+type trueCache struct {
+	o *oracle
+	i int
+}
+
+// Match answers in blocks of the request's rendering, at its own bytes per
+// token, from the engine's cached tokens.
+func (t *trueCache) Match([]uint64) int {
+	f := t.o.cur
+	keys := f.req.Keys
+	cached := t.o.engines[t.i].CachedPrefixTokens(f.tokens)
+	if cached == 0 || keys.BlockBytes <= 0 || len(f.tokens) == 0 {
+		return 0
+	}
+	return cached * keys.Bytes / len(f.tokens) / keys.BlockBytes
 }
 
 func newOracle(opts policies.Options, engines []*simengine.Engine) (*oracle, error) {
-	o := &oracle{engines: engines}
-	s, err := policies.NewPrefixLoadWithMatch(opts, func(keys policies.Keys, i int, _ *policies.Replica) int {
-		// The engine answers in tokens; prefix_load counts blocks of the
-		// rendering, at the request's own bytes per token.
-		cached := o.engines[i].CachedPrefixTokens(o.cur.tokens)
-		if cached == 0 || keys.BlockBytes <= 0 || len(o.cur.tokens) == 0 {
-			return 0
-		}
-		return cached * keys.Bytes / len(o.cur.tokens) / keys.BlockBytes
-	})
+	o := &oracle{engines: engines, truth: make([]trueCache, len(engines))}
+	for i := range o.truth {
+		o.truth[i] = trueCache{o: o, i: i}
+	}
+	s, err := policies.NewStrategy("prefix_load", opts)
 	o.s = s
 	return o, err
 }
@@ -146,11 +170,21 @@ func newOracle(opts policies.Options, engines []*simengine.Engine) (*oracle, err
 func (p *oracle) pick(f *flight, view []policies.Replica) int {
 	p.cur = f
 	defer func() { p.cur = nil }()
-	return p.s.Pick(f.req.Keys, view)
+	p.view = append(p.view[:0], view...)
+	for i := range p.view {
+		p.view[i].Index = &p.truth[i]
+	}
+	return p.s.Pick(f.req.Keys, p.view)
 }
 
 // newPicker builds the named policy for one router instance.
-func newPicker(name string, opts policies.Options, seed uint64, engines []*simengine.Engine) (picker, error) {
+func newPicker(name string, opts policies.Options, coldChoices int, seed uint64, engines []*simengine.Engine) (picker, error) {
+	switch {
+	case name == "prefix_load" && coldChoices > 0:
+		o := opts
+		o.Seed = seed
+		return newColdRules(o, coldChoices)
+	}
 	switch name {
 	case "random":
 		return randomPicker{rng: rand.New(rand.NewPCG(seed, 0x72616e64))}, nil

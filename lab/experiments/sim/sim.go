@@ -69,6 +69,9 @@ type Config struct {
 	Restarts []Restart `json:"restarts,omitempty"`
 	// Options tune the policies package's strategies.
 	Options policies.Options `json:"options"`
+	// ColdChoices, 1 to 3, runs prefix_load with the cold rules it had
+	// before it placed new prefixes by load (coldRules); 0 as shipped.
+	ColdChoices int `json:"cold_choices,omitempty"`
 	// IgnorePrefilling leaves Replica.Prefilling at 0, as the module did
 	// before it counted requests awaiting their first byte as load: the
 	// ablation of that signal.
@@ -223,13 +226,13 @@ func newSim(cfg Config, w *workload.Workload) (*Sim, error) {
 		if store != nil {
 			opts.Directory = policies.NewStoreDirectory(store)
 		}
-		p, err := newPicker(cfg.Policy, opts, cfg.Seed+uint64(r)*0x9e3779b97f4a7c15, engines)
+		p, err := newPicker(cfg.Policy, opts, cfg.ColdChoices, cfg.Seed+uint64(r)*0x9e3779b97f4a7c15, engines)
 		if err != nil {
 			return nil, err
 		}
 		rt := &router{picker: p, reps: make([]replicaView, cfg.Replicas), view: make([]policies.Replica, cfg.Replicas)}
-		if sp, ok := p.(strategyPicker); ok {
-			if ps, ok := sp.s.(policies.PeerSensor); ok && ps.Peers() {
+		if _, ok := p.(*oracle); !ok {
+			if ps, ok := strategyOf(p).(policies.PeerSensor); ok && ps.Peers() {
 				rt.sensor, rt.peers = ps, true
 			}
 		}

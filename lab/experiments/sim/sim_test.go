@@ -266,7 +266,7 @@ func TestAgreement(t *testing.T) {
 		t.Errorf("random: agreement %v over %d keys, want < 0.5 over %d", rnd.Agreement, rnd.AgreementKeys, hash.AgreementKeys)
 	}
 	pl := run("prefix_load", 3, nil)
-	old := run("prefix_load", 3, func(c *Config) { c.Options.ColdChoices = 1 })
+	old := run("prefix_load", 3, func(c *Config) { c.ColdChoices = 1 })
 	shared := run("prefix_load", 3, func(c *Config) { c.SharedHomes = true })
 	t.Logf("agreement over %d keys: prefix_affinity %.3f, random %.3f; prefix_load first %.3f second %.3f (over %d); cold_choices 1 %.3f; shared homes %.3f / %.3f",
 		hash.AgreementKeys, hash.Agreement, rnd.Agreement, pl.Agreement, pl.SecondAgreement, pl.SecondAgreementKeys, old.Agreement,

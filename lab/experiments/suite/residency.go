@@ -211,13 +211,13 @@ func planResidency(o *Options, r *runner) (*plan[*ResidencyRecord], error) {
 			c := SimConfig("prefix_load", s, o.Seed)
 			switch setting {
 			case "cold_choices 1":
-				c.Options.ColdChoices = 1
+				c.ColdChoices = 1
 			case "cold_slack 0":
 				c.Options.ColdSlack = -1
 			case "shared homes":
 				c.SharedHomes = true
 			case "cold_choices 3":
-				c.Options.ColdChoices = 3
+				c.ColdChoices = 3
 			}
 			add("agreement", "routers", nr, setting, c, w)
 		}

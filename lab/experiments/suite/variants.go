@@ -17,6 +17,9 @@ type Variant struct {
 	Name    string           `json:"name"`
 	Policy  string           `json:"policy"`
 	Options policies.Options `json:"options"`
+	// ColdChoices runs prefix_load with the cold rules it had before it
+	// placed new prefixes by load (sim.Config.ColdChoices).
+	ColdChoices int `json:"cold_choices,omitempty"`
 	// SharedHomes gives the routers one shared store of homes, as a
 	// Valkey/Redis homes_directory does (sim.Config.SharedHomes).
 	SharedHomes bool `json:"shared_homes,omitempty"`
@@ -31,11 +34,11 @@ var Variants = []Variant{
 		"peers inferred from engine metrics; with peers the rendezvous home unless it has more pending prefill than the least by over " +
 		"half the prompt's own (cold_slack 0.5), unless 64 requests in a row found nothing seen before (unique_run 64: then by load); leading-run matches go home; a request leaves its prefix's replica for the cheapest when it " +
 		"would wait there behind 1.5 prompts more prefill, its own uncached part included (detour_slack 1.5); answers indexed"},
-	{Name: "cold_choices 1", Policy: "prefix_load", Options: policies.Options{ColdChoices: 1},
+	{Name: "cold_choices 1", Policy: "prefix_load", ColdChoices: 1,
 		Doc: "the previous default: a cold prefix to its rendezvous home within the cold bound (c = 3), whatever its queue"},
-	{Name: "cold_choices 2", Policy: "prefix_load", Options: policies.Options{ColdChoices: 2},
+	{Name: "cold_choices 2", Policy: "prefix_load", ColdChoices: 2,
 		Doc: "two choices: the home or the second rendezvous rank when that one's load (in flight, pending first bytes, engine queue) is lower"},
-	{Name: "cold_choices 3", Policy: "prefix_load", Options: policies.Options{ColdChoices: 3},
+	{Name: "cold_choices 3", Policy: "prefix_load", ColdChoices: 3,
 		Doc: "the previous single-router setting: the least-loaded candidate by request counts"},
 	{Name: "peers none", Policy: "prefix_load", Options: policies.Options{Peers: policies.PeersNone},
 		Doc: "placement by pending prefill and own homes, never the peer rules (what a router that cannot tell it has peers does)"},
@@ -112,7 +115,7 @@ func planVariants(o *Options, r *runner) (*plan[*VariantsRecord], error) {
 			s.Routers = routers
 			for _, v := range Variants {
 				cfg := SimConfig(v.Policy, s, cells[i].seed)
-				cfg.Options, cfg.SharedHomes, cfg.IndexAnswers = v.Options, v.SharedHomes, !v.NoAnswers
+				cfg.Options, cfg.ColdChoices, cfg.SharedHomes, cfg.IndexAnswers = v.Options, v.ColdChoices, v.SharedHomes, !v.NoAnswers
 				t := &task{phase: "variants", label: fmt.Sprintf("%s r=%d seed=%d %s", cells[i].kind, routers, cells[i].seed, v.Name), cfg: cfg, w: w}
 				meta[t] = v
 				tasks = append(tasks, t)

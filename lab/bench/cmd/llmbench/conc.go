@@ -133,7 +133,7 @@ func readGoMem(admin string) (goMem, error) {
 func concurrencyTest(env *benchEnv, t *target, n, prompt int, interval, hold time.Duration, ramp time.Duration) concResult {
 	res := concResult{Target: t.name, Streams: n}
 	pid := t.pid()
-	w := makeWorkload(prompt, true)
+	w := makeWorkload(prompt, true, "chat")
 	cl := newClient(n + 64)
 	defer cl.CloseIdleConnections()
 	// Warm up: connections, the index, the heap.

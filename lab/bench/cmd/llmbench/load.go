@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmroute/caddy-llmroute/internal/agentbody"
 	"github.com/llmroute/caddy-llmroute/internal/sse"
 	"github.com/llmroute/caddy-llmroute/internal/stats"
 )
@@ -27,7 +28,21 @@ import (
 type workload struct {
 	size   int
 	stream bool
-	bodies [][]byte
+	// endpoint is "chat" (/v1/chat/completions) or "messages"
+	// (Anthropic's /v1/messages, -prompts agent-tools only).
+	endpoint string
+	bodies   [][]byte
+}
+
+// endpointPaths are the endpoints' URL paths.
+var endpointPaths = map[string]string{"chat": "/v1/chat/completions", "messages": "/v1/messages"}
+
+// at returns a target's URL (its chat URL) for w's endpoint.
+func (w workload) at(url string) string {
+	if w.endpoint == "" || w.endpoint == "chat" {
+		return url
+	}
+	return strings.TrimSuffix(url, endpointPaths["chat"]) + endpointPaths[w.endpoint]
 }
 
 const (
@@ -71,10 +86,16 @@ type toolCall struct {
 func text(s string) *string { return &s }
 
 // promptShape is -prompts: "plain" (a system prompt and a user message of
-// words) or "agent" (what a coding agent sends: the system prompt, a task,
+// words), "agent" (what a coding agent sends: the system prompt, a task,
 // then rounds of an assistant tool call and the tool message carrying a
-// source file, line breaks, tabs and quotes all through, to the size).
+// source file, line breaks, tabs and quotes all through, to the size) or
+// "agent-tools" (internal/agentbody: the same with a 6 KiB system prompt
+// and agentTools tool definitions, as chat or as Anthropic messages).
 var promptShape = "plain"
+
+// agentTools is the number of tool definitions of -prompts agent-tools
+// bodies (27 KB of them, as coding agents send).
+const agentTools = 40
 
 // sourceLines are the tool results' lines: Go source, so that the JSON
 // body has an escape every 20 bytes or so, as agents' bodies do.
@@ -120,13 +141,24 @@ type chatReq struct {
 	Messages  []chatMsg `json:"messages"`
 }
 
-func makeWorkload(size int, stream bool) workload {
+func makeWorkload(size int, stream bool, endpoint string) workload {
+	if promptShape == "agent-tools" {
+		w := workload{size: size, stream: stream, endpoint: endpoint}
+		build := agentbody.Chat
+		if endpoint == "messages" {
+			build = agentbody.Messages
+		}
+		for i := range bodiesPerShape {
+			w.bodies = append(w.bodies, build(agentbody.Spec{Size: size, Tools: agentTools, Tenant: i % tenants, Seed: uint64(1000 + i), Stream: stream, Model: "bench-model"}))
+		}
+		return w
+	}
 	sysPrompts := make([]string, tenants)
 	for t := range tenants {
 		r := rand.New(rand.NewPCG(uint64(size), uint64(t)))
 		sysPrompts[t] = fmt.Sprintf("You are the assistant of tenant %d. ", t) + words(r, size/2)
 	}
-	w := workload{size: size, stream: stream}
+	w := workload{size: size, stream: stream, endpoint: "chat"}
 	for i := range bodiesPerShape {
 		r := rand.New(rand.NewPCG(uint64(size), uint64(1000+i)))
 		req := chatReq{Model: "bench-model", Stream: stream, MaxTokens: 64, Messages: []chatMsg{
@@ -151,6 +183,9 @@ func (w workload) label() string {
 	m := "json"
 	if w.stream {
 		m = "sse"
+	}
+	if w.endpoint == "messages" {
+		m += "/messages"
 	}
 	return fmt.Sprintf("%dKiB/%s", w.size>>10, m)
 }
@@ -200,6 +235,8 @@ func doOne(ctx context.Context, cl *http.Client, url string, body []byte, hdr ht
 	defer resp.Body.Close()
 	var ttfb time.Duration
 	var tail sse.Tail
+	var end endTail // Anthropic's streams end with message_stop
+	messages := strings.HasSuffix(url, endpointPaths["messages"])
 	total := 0
 	for {
 		n, err := resp.Body.Read(buf)
@@ -209,6 +246,9 @@ func doOne(ctx context.Context, cl *http.Client, url string, body []byte, hdr ht
 			}
 			total += n
 			_, _ = tail.Write(buf[:n])
+			if messages {
+				end.write(buf[:n])
+			}
 		}
 		if err == io.EOF {
 			break
@@ -223,11 +263,36 @@ func doOne(ctx context.Context, cl *http.Client, url string, body []byte, hdr ht
 	if total == 0 {
 		return 0, 0, errBadAnswer
 	}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") && !tail.EndsWithDone() {
-		return 0, total, fmt.Errorf("%w: stream did not end with [DONE]", errBadAnswer)
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		switch {
+		case messages && !end.is(messageStop):
+			return 0, total, fmt.Errorf("%w: stream did not end with message_stop", errBadAnswer)
+		case !messages && !tail.EndsWithDone():
+			return 0, total, fmt.Errorf("%w: stream did not end with [DONE]", errBadAnswer)
+		}
 	}
 	return ttfb, total, nil
 }
+
+// endTail keeps the last bytes of an answer, enough to tell that an
+// Anthropic stream ended with its message_stop event (sse.Tail's
+// counterpart for a longer end).
+type endTail struct {
+	b [len(messageStop)]byte
+	n int
+}
+
+func (t *endTail) write(p []byte) {
+	if len(p) >= len(t.b) {
+		t.n = copy(t.b[:], p[len(p)-len(t.b):])
+		return
+	}
+	keep := min(t.n, len(t.b)-len(p))
+	copy(t.b[:], t.b[t.n-keep:t.n])
+	t.n = keep + copy(t.b[keep:], p)
+}
+
+func (t *endTail) is(s string) bool { return t.n == len(s) && string(t.b[:t.n]) == s }
 
 // phaseResult is what one load phase measured.
 type phaseResult struct {
@@ -292,6 +357,7 @@ func (c *collector) result(wall time.Duration) phaseResult {
 // the last one ended, until dur has passed (dur 0: no time limit) or maxReq
 // requests were sent (maxReq > 0). Requests in flight at the deadline complete and count.
 func closedLoop(cl *http.Client, url string, w workload, conc int, dur time.Duration, maxReq int) phaseResult {
+	url = w.at(url)
 	var next atomic.Int64
 	var col collector
 	ctx, cancel := context.WithTimeout(context.Background(), dur+60*time.Second)
@@ -340,6 +406,7 @@ func closedLoop(cl *http.Client, url string, w workload, conc int, dur time.Dura
 // maxOut in flight is skipped and counted). It measures latency without
 // the queueing a saturated closed loop adds.
 func openLoop(cl *http.Client, url string, w workload, rate int, dur time.Duration, maxOut int) phaseResult {
+	url = w.at(url)
 	var col collector
 	ctx, cancel := context.WithTimeout(context.Background(), dur+60*time.Second)
 	defer cancel()
@@ -420,7 +487,7 @@ func openLoopMulti(clients []*http.Client, urls []string, w workload, ratePerTar
 			defer wg.Done()
 			defer func() { <-sem }()
 			bp := bufs.Get().(*[]byte)
-			t, nb, err := doOne(ctx, clients[ti], urls[ti], w.bodies[(i/k)%len(w.bodies)], nil, *bp)
+			t, nb, err := doOne(ctx, clients[ti], w.at(urls[ti]), w.bodies[(i/k)%len(w.bodies)], nil, *bp)
 			bufs.Put(bp)
 			if err != nil {
 				cols[ti].add(nil, 0, 1, err, int64(nb))

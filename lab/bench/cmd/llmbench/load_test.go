@@ -73,7 +73,7 @@ func TestWorkloadShapes(t *testing.T) {
 	for _, shape := range []string{"plain", "agent"} {
 		promptShape = shape
 		for _, size := range []int{4096, 65536} {
-			w := makeWorkload(size, true)
+			w := makeWorkload(size, true, "chat")
 			if len(w.bodies) != bodiesPerShape {
 				t.Fatalf("%s %d: %d bodies", shape, size, len(w.bodies))
 			}
@@ -103,6 +103,39 @@ func TestWorkloadShapes(t *testing.T) {
 				if err != nil || r.NoPrefix != "" || len(r.Keys.Blocks) == 0 {
 					t.Fatalf("%s body %d: Parse %v, no prefix %q", shape, i, err, r.NoPrefix)
 				}
+			}
+		}
+	}
+}
+
+// TestAgentToolsWorkloads checks -prompts agent-tools: chat and messages
+// bodies near the size, with the tools, every one keyed by llm_route at
+// its endpoint, and bodies of one tenant sharing their leading key.
+func TestAgentToolsWorkloads(t *testing.T) {
+	defer func(old string) { promptShape = old }(promptShape)
+	promptShape = "agent-tools"
+	for _, endpoint := range []string{"chat", "messages"} {
+		for _, size := range []int{65536, 262144} {
+			w := makeWorkload(size, true, endpoint)
+			if len(w.bodies) != bodiesPerShape || w.at("http://x/v1/chat/completions") != "http://x"+endpointPaths[endpoint] {
+				t.Fatalf("%s %d: %d bodies, url %s", endpoint, size, len(w.bodies), w.at("http://x/v1/chat/completions"))
+			}
+			leading := map[int]uint64{}
+			for i, b := range w.bodies {
+				if len(b) < size*9/10 || len(b) > size*11/10 || bytes.Count(b, []byte(`"description"`)) < agentTools {
+					t.Fatalf("%s %d: body %d is %d bytes", endpoint, size, i, len(b))
+				}
+				r, err := policies.Parse(endpointPaths[endpoint], b, policies.ParseConfig{Deployment: "d"})
+				if err != nil || r.NoPrefix != "" || len(r.Keys.Blocks) == 0 || !r.Stream {
+					t.Fatalf("%s body %d: Parse %v, no prefix %q", endpoint, i, err, r.NoPrefix)
+				}
+				if k, ok := leading[i%tenants]; ok && k != r.Keys.Leading {
+					t.Fatalf("%s body %d: leading key differs from its tenant's", endpoint, i)
+				}
+				leading[i%tenants] = r.Keys.Leading
+			}
+			if len(leading) != tenants {
+				t.Fatalf("%s %d: %d tenants", endpoint, size, len(leading))
 			}
 		}
 	}

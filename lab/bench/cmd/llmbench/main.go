@@ -64,6 +64,7 @@ type options struct {
 	conc         int
 	sizes        []int
 	modes        []bool
+	endpoints    []string
 	targets      []string
 	nUpstreams   int
 	streams      int
@@ -101,7 +102,8 @@ func main() {
 	conc := flag.Int("concurrency", 32, "workers of the throughput phase")
 	sizes := flag.String("sizes", "4096,65536,524288", "prompt sizes in bytes")
 	modes := flag.String("modes", "json,sse", "answer modes: json (non-streaming), sse (streaming)")
-	flag.StringVar(&promptShape, "prompts", "plain", "prompt shape: plain (a system prompt and a user message of words) or agent (a coding agent's chat: tool calls and tool messages carrying source code, escapes all through)")
+	flag.StringVar(&promptShape, "prompts", "plain", "prompt shape: plain (a system prompt and a user message of words), agent (a coding agent's chat: tool calls and tool messages carrying source code, escapes all through) or agent-tools (internal/agentbody: the same with a long system prompt and 40 tools, as chat or Anthropic messages)")
+	endpoints := flag.String("endpoints", "chat", "endpoints of the matrix: chat (/v1/chat/completions), messages (/v1/messages, -prompts agent-tools only)")
 	targets := flag.String("targets", defaultTargets, "targets, in order; llm_<strategy>_nousage: request_usage off; llm_<strategy>_lean: request_usage and index_answers off; <target>@<caddy binary>: the target run by another build, side by side")
 	streams := flag.Int("streams", 0, "concurrency test: streams held at once (default 2000, quick 500)")
 	streamIv := flag.Duration("stream-interval", 500*time.Millisecond, "concurrency test: time between chunks")
@@ -179,6 +181,17 @@ func main() {
 		default:
 			fatalf("bad -modes %q", *modes)
 		}
+	}
+	o.endpoints = splitList(*endpoints)
+	for _, e := range o.endpoints {
+		if endpointPaths[e] == "" || e == "messages" && promptShape != "agent-tools" {
+			fatalf("bad -endpoints %q: chat, or messages with -prompts agent-tools", *endpoints)
+		}
+	}
+	switch promptShape {
+	case "plain", "agent", "agent-tools":
+	default:
+		fatalf("bad -prompts %q", promptShape)
 	}
 	o.targets = splitList(*targets)
 	for _, t := range o.profileTargets {
@@ -367,7 +380,7 @@ func run(o options) error {
 			Quick: o.quick, Rounds: o.rounds, WarmupS: o.warm.Seconds(), ThroughputS: o.dur.Seconds(), LatencyS: o.latDur.Seconds(),
 			LatencyRate: o.rate, Slices: o.slices, Concurrency: o.conc, Upstreams: o.nUpstreams, Targets: targets, Sizes: o.sizes,
 			MaxInFlight: o.maxInFlight, Streams: o.streams, StreamInterval: o.streamIv.String(), StreamHold: o.hold.String(), StreamPrompt: o.streamPrompt,
-			Tenants: tenants, BodiesPerShape: bodiesPerShape, StreamChunksFast: streamChunks, Prompts: promptShape,
+			Tenants: tenants, BodiesPerShape: bodiesPerShape, StreamChunksFast: streamChunks, Prompts: promptShape, Endpoints: o.endpoints,
 			Percentiles: percentileMethod,
 		},
 	}
@@ -458,9 +471,11 @@ func runMatrix(env *benchEnv, o options, targets []string, rep *report) error {
 		logf("target %-22s %s pid %d", name, t.url, t.pid())
 	}
 	var wls []workload
-	for _, s := range o.sizes {
-		for _, m := range o.modes {
-			wls = append(wls, makeWorkload(s, m))
+	for _, e := range o.endpoints {
+		for _, s := range o.sizes {
+			for _, m := range o.modes {
+				wls = append(wls, makeWorkload(s, m, e))
+			}
 		}
 	}
 	// First contact: a short run per target and workload, unmeasured.

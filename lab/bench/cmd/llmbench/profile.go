@@ -28,7 +28,7 @@ func runProfiles(env *benchEnv, o options) error {
 			return err
 		}
 		for _, stream := range []bool{false, true} {
-			w := makeWorkload(o.profileSize, stream)
+			w := makeWorkload(o.profileSize, stream, "chat")
 			base := filepath.Join(o.profileDir, fmt.Sprintf("%s_%dk_%s", name, o.profileSize>>10, map[bool]string{false: "json", true: "sse"}[stream]))
 			cl := newClient(2*o.conc + 64)
 			closedLoop(cl, t.url, w, o.conc, time.Second, 0)

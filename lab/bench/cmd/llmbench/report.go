@@ -25,9 +25,15 @@ const (
 // at each prompt size, for every llm strategy, JSON and SSE alike.
 var targetCPUBySize = map[int]float64{4 << 10: 1.10, 64 << 10: 1.25, 512 << 10: 1.40}
 
+// targetCPUAgent is issue #41's bound on CPU per request vs stock Caddy
+// for agent-shaped requests (-prompts agent-tools), at every size.
+const targetCPUAgent = 1.30
+
 // sizeVerdict is the CPU target at one prompt size over every llm target
 // of the run's own build (not <target>@<binary>) and both answer modes.
 type sizeVerdict struct {
+	// Endpoint is chat or messages.
+	Endpoint    string  `json:"endpoint"`
 	PromptBytes int     `json:"prompt_bytes"`
 	Max         float64 `json:"cpu_per_req_ratio_max"`
 	// Worst is the highest ratio (median of per-round pairs), at
@@ -89,7 +95,9 @@ type cellRound struct {
 
 // cell is one target on one workload, medians over rounds.
 type cell struct {
-	Target    string  `json:"target"`
+	Target string `json:"target"`
+	// Endpoint is the workload's endpoint: chat or messages.
+	Endpoint  string  `json:"endpoint"`
 	PromptKiB int     `json:"prompt_kib"`
 	Stream    bool    `json:"stream"`
 	RPS       float64 `json:"rps"`
@@ -179,10 +187,13 @@ type runConfig struct {
 	StreamPrompt   int      `json:"stream_prompt_bytes"`
 	Tenants        int      `json:"tenants"`
 	BodiesPerShape int      `json:"bodies_per_workload"`
-	// Prompts is the prompt shape (-prompts: plain or agent; absent from
-	// results recorded before it existed, which are plain).
-	Prompts          string `json:"prompts,omitempty"`
-	StreamChunksFast int    `json:"sse_content_chunks"`
+	// Prompts is the prompt shape (-prompts: plain, agent or agent-tools;
+	// absent from results recorded before it existed, which are plain).
+	Prompts string `json:"prompts,omitempty"`
+	// Endpoints are the matrix's endpoints (-endpoints: chat, messages;
+	// absent from results recorded before it existed, which are chat).
+	Endpoints        []string `json:"endpoints,omitempty"`
+	StreamChunksFast int      `json:"sse_content_chunks"`
 	// Percentiles names the percentile definition of every TTFB figure
 	// (absent from results recorded before it changed from nearest rank).
 	Percentiles string `json:"percentiles"`
@@ -254,18 +265,22 @@ type report struct {
 	index map[string]*cell
 }
 
-func cellKey(target string, size int, stream bool) string {
-	return fmt.Sprintf("%s|%d|%v", target, size, stream)
+func cellKey(target, endpoint string, size int, stream bool) string {
+	return fmt.Sprintf("%s|%s|%d|%v", target, endpoint, size, stream)
 }
 
 func (r *report) addRound(target string, w workload, cr cellRound) {
 	if r.index == nil {
 		r.index = map[string]*cell{}
 	}
-	k := cellKey(target, w.size, w.stream)
+	endpoint := w.endpoint
+	if endpoint == "" {
+		endpoint = "chat"
+	}
+	k := cellKey(target, endpoint, w.size, w.stream)
 	c := r.index[k]
 	if c == nil {
-		c = &cell{Target: target, PromptKiB: w.size >> 10, Stream: w.stream}
+		c = &cell{Target: target, Endpoint: endpoint, PromptKiB: w.size >> 10, Stream: w.stream}
 		r.index[k] = c
 		r.Table = append(r.Table, c)
 	}
@@ -297,6 +312,9 @@ func (r *report) order() {
 	}
 	sort.SliceStable(r.Table, func(i, j int) bool {
 		a, b := r.Table[i], r.Table[j]
+		if a.Endpoint != b.Endpoint {
+			return a.Endpoint < b.Endpoint
+		}
 		if a.PromptKiB != b.PromptKiB {
 			return a.PromptKiB < b.PromptKiB
 		}
@@ -355,7 +373,7 @@ func (r *report) finish() {
 		}
 		rpsSpreads = append(rpsSpreads, c.RPSSpread)
 
-		base := r.index[cellKey("caddy", c.PromptKiB<<10, c.Stream)]
+		base := r.index[cellKey("caddy", c.Endpoint, c.PromptKiB<<10, c.Stream)]
 		if base == nil || c.Target == "caddy" {
 			continue
 		}
@@ -395,7 +413,7 @@ func (r *report) finish() {
 	}
 	// Pooled TTFB differences need every cell's pooled percentiles first.
 	for _, c := range r.Table {
-		base := r.index[cellKey("caddy", c.PromptKiB<<10, c.Stream)]
+		base := r.index[cellKey("caddy", c.Endpoint, c.PromptKiB<<10, c.Stream)]
 		if base == nil || c.Target == "caddy" || c.TTFBSamples == 0 || base.TTFBSamples == 0 {
 			continue
 		}
@@ -416,7 +434,7 @@ func (r *report) finish() {
 	if len(foreign) == 0 {
 		// Pooled TTFB differences need every cell's pooled percentiles first.
 		for _, c := range r.Table {
-			base := r.index[cellKey("caddy", c.PromptKiB<<10, c.Stream)]
+			base := r.index[cellKey("caddy", c.Endpoint, c.PromptKiB<<10, c.Stream)]
 			if base == nil || c.Target == "caddy" || c.TTFBSamples == 0 || base.TTFBSamples == 0 {
 				continue
 			}
@@ -434,7 +452,7 @@ func (r *report) finish() {
 	r.P99AddedCI, r.P50AddedBy = map[string][]float64{}, map[string]float64{}
 	r.FixedCPURatioBy = map[string]float64{}
 	for _, stream := range []bool{false, true} {
-		c := r.index[cellKey("llm_prefix_load", 4096, stream)]
+		c := r.index[cellKey("llm_prefix_load", "chat", 4096, stream)]
 		if c == nil {
 			continue
 		}
@@ -519,18 +537,35 @@ func (r *report) finish() {
 	}
 }
 
-// cpuBySize judges targetCPUBySize at each prompt size of the run.
+// cpuBySize judges the CPU target at each endpoint and prompt size of the
+// run: targetCPUBySize, or targetCPUAgent for -prompts agent-tools.
 func (r *report) cpuBySize() []sizeVerdict {
+	var out []sizeVerdict
+	endpoints := r.Config.Endpoints
+	if len(endpoints) == 0 {
+		endpoints = []string{"chat"}
+	}
+	for _, endpoint := range endpoints {
+		out = append(out, r.cpuAt(endpoint)...)
+	}
+	return out
+}
+
+// cpuAt is cpuBySize at one endpoint.
+func (r *report) cpuAt(endpoint string) []sizeVerdict {
 	var out []sizeVerdict
 	for _, size := range r.Config.Sizes {
 		bound, ok := targetCPUBySize[size]
+		if r.Config.Prompts == "agent-tools" {
+			bound, ok = targetCPUAgent, true
+		}
 		if !ok {
 			continue
 		}
-		v := sizeVerdict{PromptBytes: size, Max: bound, Worst: math.Inf(-1), Ratios: map[string]float64{}}
+		v := sizeVerdict{Endpoint: endpoint, PromptBytes: size, Max: bound, Worst: math.Inf(-1), Ratios: map[string]float64{}}
 		var worst *cell
 		for _, c := range r.Table {
-			if c.PromptKiB<<10 != size || !strings.HasPrefix(c.Target, "llm_") || strings.Contains(c.Target, "@") || c.CPURatio == nil {
+			if c.Endpoint != endpoint || c.PromptKiB<<10 != size || !strings.HasPrefix(c.Target, "llm_") || strings.Contains(c.Target, "@") || c.CPURatio == nil {
 				continue
 			}
 			mode := map[bool]string{false: "json", true: "sse"}[c.Stream]
@@ -542,7 +577,7 @@ func (r *report) cpuBySize() []sizeVerdict {
 		if worst == nil {
 			continue
 		}
-		base := r.index[cellKey("caddy", size, worst.Stream)]
+		base := r.index[cellKey("caddy", endpoint, size, worst.Stream)]
 		lo, hi := math.Inf(1), math.Inf(-1)
 		sameRounds(worst, base, func(cr, b cellRound) {
 			if b.CPUPer1k > 0 {
@@ -709,15 +744,18 @@ func (r *report) markdown(w io.Writer) {
 	}
 	fmt.Fprintf(w, ".\n%d round(s). Per round and workload: %.1f s per target at concurrency %d in %d slices alternating between targets (req/s, CPU, peak RSS; medians over rounds, ratios = medians of per-round pairs with stock Caddy), then %.0f s of a fixed-rate stream, %d req/s per target (fewer above 16 KiB prompts: %d at 64 KiB), sent to all targets in turn (TTFB percentiles over all rounds' samples, interpolated linearly between ranks; CI = bootstrap).\n\n",
 		r.Config.Rounds, r.Config.ThroughputS, r.Config.Concurrency, r.Config.Slices, r.Config.LatencyS, r.Config.LatencyRate, latencyRate(r.Config.LatencyRate, 64<<10))
-	if r.Config.Prompts == "agent" {
+	switch r.Config.Prompts {
+	case "agent":
 		fmt.Fprintf(w, "Prompts: agent (-prompts agent): a coding agent's chat bodies, the tenant's system prompt (half the size), a task, then rounds of an assistant tool call and a tool message carrying Go source (an escape every 20 bytes or so).\n\n")
+	case "agent-tools":
+		fmt.Fprintf(w, "Prompts: agent-tools (-prompts agent-tools, internal/agentbody): a coding agent's bodies with the tenant's 6 KiB system prompt and %d tool definitions (27 KB), then rounds of a tool call and its result (Go source, an escape every 20 bytes or so) to the size; endpoints %s (messages: Anthropic's /v1/messages, answered with an Anthropic stream).\n\n", agentTools, strings.Join(r.Config.Endpoints, ", "))
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "Note: %s\n\n", n)
 	}
 	if len(r.Table) > 0 {
-		fmt.Fprintln(w, "| prompt | answer | target | req/s | × caddy | CPU s / 1k req | × caddy | CPU s / 1k at fixed rate | × caddy | TTFB p50 ms | p90 ms | p99 ms | p50 vs caddy | p99 vs caddy [95% CI] | peak RSS MiB | allocs / req | × caddy | KiB alloc / req | CPU spread |")
-		fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "| endpoint | prompt | answer | target | req/s | × caddy | CPU s / 1k req | × caddy | CPU s / 1k at fixed rate | × caddy | TTFB p50 ms | p90 ms | p99 ms | p50 vs caddy | p99 vs caddy [95% CI] | peak RSS MiB | allocs / req | × caddy | KiB alloc / req | CPU spread |")
+		fmt.Fprintln(w, "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, c := range r.Table {
 			mode := map[bool]string{false: "json", true: "sse"}[c.Stream]
 			cpu, fcpu, rss := fnum(c.CPUPer1k, 3), fnum(c.FixedCPUPer1k, 3), fnum(c.PeakRSSMiB, 1)
@@ -736,8 +774,8 @@ func (r *report) markdown(w io.Writer) {
 			if c.AllocsPerReq == 0 {
 				allocs, akib = "-", "-"
 			}
-			fmt.Fprintf(w, "| %d KiB | %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s%s | %s | %s | %s | %s | %s |\n",
-				c.PromptKiB, mode, c.Target, errs, fnum(c.RPS, 0), fptr(c.RPSRatio, 2, "", false), cpu, fptr(c.CPURatio, 2, "", false),
+			fmt.Fprintf(w, "| %s | %d KiB | %s | %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s%s | %s | %s | %s | %s | %s |\n",
+				c.Endpoint, c.PromptKiB, mode, c.Target, errs, fnum(c.RPS, 0), fptr(c.RPSRatio, 2, "", false), cpu, fptr(c.CPURatio, 2, "", false),
 				fcpu, fptr(c.FixedCPURatio, 2, "", false),
 				fnum(c.TTFBP50, 3), fnum(c.TTFBP90, 3), fnum(c.TTFBP99, 3), fptr(c.P50AddedMs, 3, " ms", true), fptr(c.P99AddedMs, 2, " ms", true), ci, rss,
 				allocs, fptr(c.AllocsRatio, 2, "", false), akib, fnum(100*c.CPUSpread, 0)+"%")
@@ -783,8 +821,12 @@ func (r *report) markdown(w io.Writer) {
 				sure = " on the point estimate only: the interval reaches below the target, so this machine's noise cannot confirm it"
 			}
 		}
-		fmt.Fprintf(w, "- CPU per request at %d KiB ≤ %.2f× for every strategy, json and sse (issue #20): worst %.2f× (%s %s%s%s) → %s%s\n",
-			v.PromptBytes>>10, v.Max, v.Worst, v.WorstTarget, v.WorstMode, rng, pairs, yesNo(&v.Met), sure)
+		issue := "issue #20"
+		if r.Config.Prompts == "agent-tools" {
+			issue = "issue #41"
+		}
+		fmt.Fprintf(w, "- CPU per request, %s at %d KiB ≤ %.2f× for every strategy, json and sse (%s): worst %.2f× (%s %s%s%s) → %s%s\n",
+			v.Endpoint, v.PromptBytes>>10, v.Max, issue, v.Worst, v.WorstTarget, v.WorstMode, rng, pairs, yesNo(&v.Met), sure)
 	}
 	fmt.Fprintf(w, "- median TTFB added ≤ %.2f ms at 4 KiB (issue #20): json %s, sse %s → %s\n", t.P50AddedMaxMs,
 		fmtMap(r.P50AddedBy, "json", 3, " ms"), fmtMap(r.P50AddedBy, "sse", 3, " ms"), yesNo(t.P50Met))

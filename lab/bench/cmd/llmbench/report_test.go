@@ -33,7 +33,7 @@ func benchReport(rounds int, ratio float64, jitter []float64) *report {
 // confirm it.
 func TestCPUSlicePairs(t *testing.T) {
 	r := benchReport(3, 1.2, []float64{0, 0.01, -0.01, 0.02, -0.02})
-	c := r.index[cellKey("llm_prefix_load", 4096, false)]
+	c := r.index[cellKey("llm_prefix_load", "chat", 4096, false)]
 	if c.CPUPairMedian == nil || len(c.CPUPairCI) != 2 {
 		t.Fatalf("no slice pairs: %+v", c)
 	}

@@ -35,6 +35,10 @@ import (
 //     "include_usage":true (llm_route's request_usage adds it), then
 //     "data: [DONE]". Each event is written and flushed on its own.
 //   - otherwise a chat.completion JSON with usage.
+//   - on /v1/messages, Anthropic's shapes instead: a stream of
+//     message_start (with the usage), content_block_start, streamChunks
+//     text deltas, content_block_stop, message_delta and message_stop; or
+//     a message JSON with usage.
 //   - header X-Bench-Slow: "<interval>,<chunks>" streams up to <chunks>
 //     content chunks <interval> apart (the concurrency test's slow
 //     streams); POST /_bench/release ends every such stream in progress
@@ -44,6 +48,27 @@ import (
 // tokens, so that llmroute's feedback sees steady hits and never purges.
 
 const streamChunks = 6
+
+// messageStop is the event an Anthropic stream ends with.
+const messageStop = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+
+// anthropicStart is message_start, with half the prompt read from cache.
+func anthropicStart(promptTokens int) []byte {
+	return []byte(fmt.Sprintf("event: message_start\ndata: "+`{"type":"message_start","message":{"id":"msg_bench","type":"message","role":"assistant","model":"bench-model","content":[],"stop_reason":null,"usage":{"input_tokens":%d,"cache_read_input_tokens":%d,"output_tokens":1}}}`+"\n\n",
+		promptTokens-promptTokens/2, promptTokens/2))
+}
+
+func anthropicJSON(promptTokens int) []byte {
+	return []byte(fmt.Sprintf(`{"id":"msg_bench","type":"message","role":"assistant","model":"bench-model","content":[{"type":"text","text":"token token token token token token"}],"stop_reason":"end_turn","usage":{"input_tokens":%d,"cache_read_input_tokens":%d,"output_tokens":%d}}`,
+		promptTokens-promptTokens/2, promptTokens/2, streamChunks))
+}
+
+var (
+	anthropicBlockStart = []byte("event: content_block_start\ndata: " + `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}` + "\n\n")
+	anthropicDelta      = []byte("event: content_block_delta\ndata: " + `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" token"}}` + "\n\n")
+	anthropicEnd        = []byte("event: content_block_stop\ndata: " + `{"type":"content_block_stop","index":0}` + "\n\n" +
+		"event: message_delta\ndata: " + fmt.Sprintf(`{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":%d}}`, streamChunks) + "\n\n")
+)
 
 var (
 	chunkContent = []byte(`data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"bench-model","choices":[{"index":0,"delta":{"content":" token"},"finish_reason":null}]}` + "\n\n")
@@ -131,6 +156,10 @@ func (u *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	stream := bytes.Contains(body, []byte(`"stream":true`))
 	usage := bytes.Contains(body, []byte(`"include_usage":true`))
 	h := w.Header()
+	if r.URL.Path == "/v1/messages" {
+		u.serveMessages(w, promptTokens, stream)
+		return
+	}
 	if !stream {
 		b := u.ans.get(promptTokens, false)
 		h["Content-Type"] = []string{"application/json"}
@@ -183,6 +212,38 @@ func (u *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fl.Flush()
 	}
 	_, _ = w.Write(chunkDone)
+	fl.Flush()
+}
+
+// serveMessages answers /v1/messages in Anthropic's shapes (the answers
+// are built per request: an agent's turn is worth the few allocations).
+func (u *fakeUpstream) serveMessages(w http.ResponseWriter, promptTokens int, stream bool) {
+	h := w.Header()
+	if !stream {
+		b := anthropicJSON(promptTokens)
+		h["Content-Type"] = []string{"application/json"}
+		h["Content-Length"] = []string{strconv.Itoa(len(b))}
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b)
+		return
+	}
+	h["Content-Type"] = []string{"text/event-stream"}
+	h["Cache-Control"] = []string{"no-cache"}
+	w.WriteHeader(http.StatusOK)
+	fl := w.(http.Flusher)
+	for _, ev := range [][]byte{anthropicStart(promptTokens), anthropicBlockStart} {
+		_, _ = w.Write(ev)
+		fl.Flush()
+	}
+	for range streamChunks {
+		if _, err := w.Write(anthropicDelta); err != nil {
+			return
+		}
+		fl.Flush()
+	}
+	_, _ = w.Write(anthropicEnd)
+	fl.Flush()
+	_, _ = w.Write([]byte(messageStop))
 	fl.Flush()
 }
 

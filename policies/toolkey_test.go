@@ -1,8 +1,12 @@
 package policies
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
+
+	"github.com/llmroute/caddy-llmroute/internal/agentbody"
+	"github.com/llmroute/caddy-llmroute/internal/jsonscan"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -68,4 +72,61 @@ func FuzzToolsHash(f *testing.F) {
 			t.Fatalf("fast %d %q, slow %d %q", n, fast, m, slow)
 		}
 	})
+}
+
+// TestToolsCacheMatchesGeneral checks toolsCache: an agent body's tools
+// are served from it once read twice, with the general path's keys, and
+// a body whose tools differ from a cached value in any byte (mutated, or
+// cut short) is never served from it, and still parses as the general
+// path parses it.
+func TestToolsCacheMatchesGeneral(t *testing.T) {
+	cfg := ParseConfig{Deployment: "d", BlockSize: 16, MaxBlocks: 64}
+	hits, muts, mutsAccepted, cuts := 0, 0, 0, 0
+	for tenant := range 3 {
+		for _, ep := range []struct {
+			both  func(*testing.T, []byte, ParseConfig) bool
+			build func(agentbody.Spec) []byte
+		}{{parseBothMessages, agentbody.Messages}, {parseBoth, agentbody.Chat}} {
+			body := ep.build(agentbody.Spec{Size: 4 << 10, Tools: 5, Tenant: 100 + tenant, Seed: 1})
+			at := bytes.Index(body, []byte(`"tools":`)) + len(`"tools":`)
+			end := at + len(mustSkip(t, body[at:]))
+			for range 3 {
+				require.True(t, ep.both(t, body, cfg))
+			}
+			if cachedTools(toolsBucketOf(body, at), body, at) == nil {
+				t.Fatalf("tenant %d: tools read %d times and not cached", tenant, 6)
+			}
+			hits++
+			for i := at; i < end; i += 7 {
+				m := bytes.Clone(body)
+				m[i] = "{}[],:\"\\ a0-e.tfn\x01\xff"[i%18]
+				if m[i] == body[i] {
+					continue
+				}
+				muts++
+				if cachedTools(toolsBucketOf(m, at), m, at) != nil {
+					t.Fatalf("a body with byte %d of its tools changed is served from the cache", i)
+				}
+				if ep.both(t, m, cfg) {
+					mutsAccepted++
+				}
+			}
+			cut := body[:at+(end-at)/2]
+			cuts++
+			if cachedTools(toolsBucketOf(cut, at), cut, at) != nil || ep.both(t, cut, cfg) {
+				t.Fatal("a body cut inside its tools is served from the cache or accepted")
+			}
+		}
+	}
+	if hits != 6 || muts != 2913 || mutsAccepted != 2059 || cuts != 6 {
+		t.Errorf("%d bodies served from the cache, %d/%d mutations accepted, %d cuts; want 6, 2059/2913, 6", hits, mutsAccepted, muts, cuts)
+	}
+}
+
+// mustSkip returns the JSON value at the start of b.
+func mustSkip(t *testing.T, b []byte) []byte {
+	s := jsonscan.New(b)
+	v, ok := s.Skip()
+	require.True(t, ok)
+	return v
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"unsafe"
+	"sync"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/llmroute/caddy-llmroute/internal/jsonscan"
 )
 
 // Tools hash into the leading key in one canonical form, whichever API
@@ -23,7 +25,8 @@ import (
 // alike.
 //
 // Coding agents send tens of kilobytes of tools with every request, so the
-// canonical form is read in one scan (toolsFast); anything that scan does
+// fast paths read the canonical form as they meet the tools (readTools),
+// and toolsFast reads it in one scan otherwise; anything that scan does
 // not read exactly as encoding/json would falls back to the decoder.
 
 // Markers that start each tool's canonical form, so that a function tool
@@ -42,6 +45,10 @@ type toolDef struct {
 	Parameters  rawField  `json:"parameters"`
 	InputSchema rawField  `json:"input_schema"`
 	Function    *function `json:"function"`
+	// paramsTight and inputTight say that the fast scan found Parameters
+	// and InputSchema tight (jsonscan.SkipTight): they are their own
+	// compact form.
+	paramsTight, inputTight bool
 }
 
 // function is chat's nested function definition.
@@ -49,6 +56,7 @@ type function struct {
 	Name        jsonText `json:"name"`
 	Description jsonText `json:"description"`
 	Parameters  rawField `json:"parameters"`
+	tight       bool     // as toolDef's paramsTight
 }
 
 // toolsCanonical returns the canonical form of the tools (and legacy
@@ -57,14 +65,38 @@ func toolsCanonical(c *commonBody) []byte {
 	if len(c.Tools) == 0 && len(c.Functions) == 0 {
 		return nil
 	}
+	if f := &c.canon[0]; f.ok && len(c.Functions) == 0 {
+		if f.n == 0 {
+			return nil
+		}
+		return f.b // read by a fast path on its way
+	}
 	// The canonical form is at most the tools' size plus a few bytes per
 	// tool and field.
-	n, out := appendTools(make([]byte, 0, len(c.Tools)+len(c.Functions)+256), c.Tools)
-	m, out := appendTools(out, c.Functions)
+	n, out := c.canon[0].append(make([]byte, 0, len(c.Tools)+len(c.Functions)+256), c.Tools)
+	m, out := c.canon[1].append(out, c.Functions)
 	if n+m == 0 {
 		return nil
 	}
 	return out
+}
+
+// toolsForm is the canonical form of a tools value as a fast path read it
+// (ok), with the number of tools it held.
+type toolsForm struct {
+	n      int
+	b      []byte
+	ok     bool
+	pooled *[]byte // b's buffer, from toolBufs
+}
+
+// append appends the canonical form of raw: f's when it was read, else
+// appendTools'.
+func (f *toolsForm) append(out, raw []byte) (int, []byte) {
+	if f.ok {
+		return f.n, append(out, f.b...)
+	}
+	return appendTools(out, raw)
 }
 
 // toolsHash hashes tools (and legacy functions) in their canonical form.
@@ -87,7 +119,7 @@ func renderTools(w *sink, tools []byte) {
 		return
 	}
 	header(w, "tools")
-	w.WriteString(string(tools))
+	w.Write(tools)
 	w.WriteString(endTag)
 }
 
@@ -121,181 +153,178 @@ func toolsSlow(out []byte, raw []byte) (int, []byte) {
 	return len(list), out
 }
 
-// toolsFast is appendTools in one scan of raw; it declines (ok false) a
-// value that is not an array, duplicate or case-folded field names, and
-// a name, description, type or function of another JSON type than
-// expected, all of which toolsSlow reads.
+// toolsFast is appendTools in one scan of raw (readTools); it declines
+// (ok false) what readTools declines and anything after the array.
 func toolsFast(out []byte, raw []byte) (n int, _ []byte, ok bool) {
-	s := &fscan{b: raw}
-	s.ws()
-	if s.i >= len(s.b) || s.b[s.i] != '[' {
-		return 0, nil, false
-	}
-	s.i++
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == ']' {
-		s.i++
-		s.ws()
-		return 0, out, s.i == len(s.b)
-	}
-	for {
-		s.ws()
-		if s.i >= len(s.b) {
-			return 0, nil, false
+	s := newReader(raw)
+	n, out, ok = s.readTools(out)
+	return n, out, ok && s.End()
+}
+
+// toolsValue reads a tools (or functions) value into r and, when
+// readTools reads it (or toolsCache has it), its canonical form into f,
+// so that the keys need not scan it again; a value readTools declines is
+// only validated, and toolsCanonical reads it by the decoder.
+func (s *reader) toolsValue(r *rawField, f *toolsForm) bool {
+	s.WS()
+	start := s.Pos()
+	if s.Peek() == '[' {
+		slot := toolsBucketOf(s.b, start)
+		if e := cachedTools(slot, s.b, start); e != nil {
+			s.Scanner = jsonscan.At(s.b, start+len(e.raw))
+			*r = s.b[start:s.Pos()]
+			*f = toolsForm{n: e.n, b: e.canon, ok: true}
+			return true
 		}
-		start := s.i
-		if s.b[s.i] != '{' {
-			v, ok := s.skip()
-			if !ok {
-				return 0, nil, false
-			}
-			out = appendOther(out, v)
-		} else {
-			var td toolDef
-			if !s.tool(&td) {
-				return 0, nil, false
-			}
-			out = td.appendTo(out, s.b[start:s.i])
+		t := *s
+		buf := toolBufs.Get().(*[]byte)
+		if n, out, ok := t.readTools((*buf)[:0]); ok {
+			*s = t
+			*r = s.b[start:s.Pos()]
+			*buf = out
+			*f = toolsForm{n: n, b: out, ok: true, pooled: buf}
+			rememberTools(slot, *r, out, n)
+			return true
 		}
+		toolBufs.Put(buf)
+	}
+	return s.rawValue(r)
+}
+
+// toolBufs pools the fast paths' canonical forms of tools: coding agents
+// send tens of kilobytes of tools with every request, and nothing of the
+// form outlives the keys (the chain copies what it hashes).
+var toolBufs = sync.Pool{New: func() any { b := make([]byte, 0, 32<<10); return &b }}
+
+// release gives the canonical forms read by a fast path back to
+// toolBufs, once the keys are made.
+func (c *commonBody) release() {
+	for i := range c.canon {
+		if f := &c.canon[i]; f.pooled != nil {
+			if cap(*f.pooled) <= 1<<20 {
+				*f.pooled = (*f.pooled)[:0]
+				toolBufs.Put(f.pooled)
+			}
+			*f = toolsForm{}
+		}
+	}
+}
+
+// readTools reads a tools array, appending its canonical form to out, and
+// returns how many tools it held; it declines (ok false) a value that is
+// not an array, duplicate or case-folded field names, and a name,
+// description, type or function of another JSON type than expected, all
+// of which toolsSlow reads.
+func (s *reader) readTools(out []byte) (n int, _ []byte, ok bool) {
+	var fn function // every tool's function in turn: appendTo is done with it
+	ok = s.Array(func() bool {
 		n++
-		more, ok := s.next(']')
-		if !ok {
-			return 0, nil, false
+		if s.Peek() != '{' {
+			v, ok := s.Skip()
+			out = appendOther(out, v)
+			return ok
 		}
-		if !more {
-			break
+		start := s.Pos()
+		var td toolDef
+		if !s.tool(&td, &fn) {
+			return false
 		}
-	}
-	s.ws()
-	return n, out, s.i == len(s.b)
-}
-
-// tool scans one tool object into td.
-func (s *fscan) tool(td *toolDef) bool {
-	return s.object(toolFields, func(k string) bool {
-		switch k {
-		case "type":
-			return s.textField(&td.Type)
-		case "name":
-			return s.textField(&td.Name)
-		case "description":
-			return s.textField(&td.Description)
-		case "parameters":
-			return s.rawValue(&td.Parameters)
-		case "input_schema":
-			return s.rawValue(&td.InputSchema)
-		case "function":
-			return s.function(&td.Function)
-		}
-		_, ok := s.skip()
-		return ok
+		out = td.appendTo(out, s.b[start:s.Pos()])
+		return true
 	})
+	return n, out, ok
 }
 
-var (
-	toolFields     = []string{"type", "name", "description", "parameters", "input_schema", "function"}
-	functionFields = []string{"name", "description", "parameters"}
+const (
+	tType = iota
+	tName
+	tDescription
+	tParameters
+	tInputSchema
+	tFunction
 )
 
-// function scans chat's function object (or null).
-func (s *fscan) function(f **function) bool {
-	if s.lit("null") {
-		return true
-	}
-	fn := &function{}
-	*f = fn
-	return s.object(functionFields, func(k string) bool {
-		switch k {
-		case "name":
-			return s.textField(&fn.Name)
-		case "description":
-			return s.textField(&fn.Description)
-		case "parameters":
-			return s.rawValue(&fn.Parameters)
+var (
+	toolNames     = []string{tType: "type", tName: "name", tDescription: "description", tParameters: "parameters", tInputSchema: "input_schema", tFunction: "function"}
+	functionNames = []string{tName: "name", tDescription: "description", tParameters: "parameters"}
+)
+
+// tool reads one tool object into td, its function (if any) into fn.
+func (s *reader) tool(td *toolDef, fn *function) bool {
+	return s.Object(toolNames, func(i int) bool {
+		switch i {
+		case tType:
+			return s.textField(&td.Type)
+		case tName:
+			return s.textField(&td.Name)
+		case tDescription:
+			return s.lazyText(&td.Description)
+		case tParameters:
+			return s.schema(&td.Parameters, &td.paramsTight)
+		case tInputSchema:
+			return s.schema(&td.InputSchema, &td.inputTight)
+		case tFunction:
+			return s.function(&td.Function, fn)
 		}
-		_, ok := s.skip()
-		return ok
+		return false
 	})
 }
 
-// textField scans a string (or null) into t; any other value declines.
-func (s *fscan) textField(t *jsonText) bool {
-	if s.lit("null") {
-		*t = jsonText{}
+// schema reads a tool's schema into r (null as absent), and whether it
+// is tight (jsonscan.SkipTight: its own compact form).
+func (s *reader) schema(r *rawField, tight *bool) bool {
+	v, t, ok := s.SkipTight()
+	if ok && !isNull(v) {
+		*r, *tight = v, t
+	}
+	return ok
+}
+
+// function reads chat's function object (or null) into fn, and points f
+// at it.
+func (s *reader) function(f **function, fn *function) bool {
+	if s.Lit("null") {
 		return true
 	}
-	if s.i >= len(s.b) || s.b[s.i] != '"' {
+	*fn = function{}
+	*f = fn
+	return s.Object(functionNames, func(i int) bool {
+		switch i {
+		case tName:
+			return s.textField(&fn.Name)
+		case tDescription:
+			return s.lazyText(&fn.Description)
+		case tParameters:
+			return s.schema(&fn.Parameters, &fn.tight)
+		}
 		return false
-	}
-	lit, esc, ok := s.str()
-	if !ok {
-		return false
-	}
-	v, ok := text(lit, esc)
-	*t = jsonText{s: v, kind: shapeString}
-	return ok
-}
-
-// lazyText is textField for text that is mostly rendered: an escaped
-// string is kept as its literal (jsonText.raw), decoded as it renders, or
-// only counted past the block cap.
-func (s *fscan) lazyText(t *jsonText) bool {
-	if s.i >= len(s.b) || s.b[s.i] != '"' {
-		return s.textField(t)
-	}
-	v, lit, n, ok := s.lazyString()
-	if lit != nil {
-		*t = jsonText{raw: lit, n: int32(n), kind: shapeString}
-	} else {
-		*t = jsonText{s: v, kind: shapeString}
-	}
-	return ok
-}
-
-// lazyString scans a string at s.i (which must be '"'): its text when it
-// has no escapes (the body's own bytes, no copy), else its literal and
-// decoded length, to be decoded as it renders (sink.writeLit).
-func (s *fscan) lazyString() (text string, lit []byte, n int, ok bool) {
-	l, n, ok := s.strLen()
-	if !ok {
-		return "", nil, 0, false
-	}
-	if n != len(l)-2 {
-		return "", l, n, true
-	}
-	v := l[1 : len(l)-1]
-	return unsafe.String(unsafe.SliceData(v), len(v)), nil, 0, true
-}
-
-// rawValue scans any value into r (null as absent), without copying it.
-func (s *fscan) rawValue(r *rawField) bool {
-	v, ok := s.skip()
-	if ok && !isNull(v) {
-		*r = v
-	}
-	return ok
+	})
 }
 
 // appendTo appends the canonical form of the tool td was read from (raw).
 func (t *toolDef) appendTo(out []byte, raw []byte) []byte {
-	name, desc, schema, ok := t.function()
+	name, desc, schema, tight, ok := t.function()
 	if !ok {
 		return appendOther(out, raw)
 	}
 	out = append(out, toolFunction)
 	out = appendText(out, name)
 	out = appendText(out, desc)
+	if tight {
+		return appendField(out, schema)
+	}
 	return appendCompactField(out, schema)
 }
 
-// function returns the tool's name, description and schema when it is a
-// function tool in any API's shape.
-func (t *toolDef) function() (name, desc *jsonText, schema []byte, ok bool) {
+// function returns the tool's name, description and schema, and whether
+// the schema is known to be tight, when it is a function tool in any
+// API's shape.
+func (t *toolDef) function() (name, desc *jsonText, schema []byte, tight, ok bool) {
 	if f := t.Function; f != nil && f.Name.kind == shapeString {
-		return &f.Name, &f.Description, f.Parameters, true
+		return &f.Name, &f.Description, f.Parameters, f.tight, true
 	}
 	if t.Name.kind != shapeString {
-		return nil, nil, nil, false
+		return nil, nil, nil, false, false
 	}
 	switch t.Type.kind {
 	case shapeAbsent:
@@ -303,16 +332,15 @@ func (t *toolDef) function() (name, desc *jsonText, schema []byte, ok bool) {
 		// Anthropic's client tools may say "custom"; OpenAI's custom tools
 		// (free-form input, no schema) are not functions.
 		if typ := t.Type.s; typ != "function" && (typ != "custom" || t.InputSchema == nil) {
-			return nil, nil, nil, false
+			return nil, nil, nil, false, false
 		}
 	default:
-		return nil, nil, nil, false
+		return nil, nil, nil, false, false
 	}
-	schema = t.Parameters
-	if schema == nil {
-		schema = t.InputSchema
+	if t.Parameters != nil {
+		return &t.Name, &t.Description, t.Parameters, t.paramsTight, true
 	}
-	return &t.Name, &t.Description, schema, true
+	return &t.Name, &t.Description, t.InputSchema, t.inputTight, true
 }
 
 // appendOther appends a tool of another kind: its compacted JSON.
@@ -331,9 +359,12 @@ func appendField(out []byte, p []byte) []byte {
 func appendText(out []byte, t *jsonText) []byte {
 	switch t.kind {
 	case shapeString:
-		v := t.str()
-		out = binary.LittleEndian.AppendUint64(out, uint64(len(v)))
-		return append(out, v...)
+		if t.raw != nil { // a lazy literal (reader.lazyText): decoded here
+			out = binary.LittleEndian.AppendUint64(out, uint64(t.n))
+			return appendUnquoted(out, t.raw)
+		}
+		out = binary.LittleEndian.AppendUint64(out, uint64(len(t.s)))
+		return append(out, t.s...)
 	case shapeOther:
 		return appendField(out, t.raw)
 	}

@@ -126,7 +126,7 @@ func (o *streamOptions) UnmarshalJSON(data []byte) error {
 }
 
 // rawField keeps a field's raw JSON, treating null as absent. Tools are
-// kept so, and hashed into the leading key in a canonical form (tools.go).
+// kept so, and hashed into the leading key in a canonical form (toolkey.go).
 type rawField []byte
 
 func (r *rawField) UnmarshalJSON(data []byte) error {
@@ -149,6 +149,9 @@ type commonBody struct {
 	PromptCacheKey jsonText `json:"prompt_cache_key"`
 	Tools          rawField `json:"tools"`
 	Functions      rawField `json:"functions"` // legacy chat field; part of the tools
+	// canon holds the canonical forms of Tools and Functions when a fast
+	// path read them on its way (toolsCanonical reuses them).
+	canon [2]toolsForm
 }
 
 // chatBody is a /v1/chat/completions body. Messages that is not an array of
