@@ -111,6 +111,16 @@ func (b *Bucket) Settle(reserved, used float64, now time.Time) {
 	}
 }
 
+// Refill fills the bucket to its limit at now, forgetting what was spent
+// (an operator's remedy for a debt a faulty charge left). Reservations not
+// yet settled stay counted and settle as usual.
+func (b *Bucket) Refill(now time.Time) {
+	b.refill(now)
+	if b.limit > 0 {
+		b.level = b.limit
+	}
+}
+
 // Available returns what is left at now (negative: the debt of an overrun).
 func (b *Bucket) Available(now time.Time) float64 {
 	b.refill(now)

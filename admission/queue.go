@@ -1,5 +1,7 @@
 package admission
 
+import "math"
+
 // Queue orders the requests that wait for capacity: strict priority bands
 // first; within a band, fair across flows (tenants) by weight; within a
 // flow, first come first served. It also keeps each flow's in-flight count
@@ -16,6 +18,16 @@ package admission
 // Language Models" (OSDI 2024), the rule AIBrix uses. Over any period in
 // which two flows both wait, the tokens they are admitted for differ, per
 // unit of weight, by at most about one request's cost.
+//
+// Counters compare service received while flows compete. When a request
+// finds nobody waiting, a busy period begins: every counter starts again
+// at zero, so service a flow received while nobody else waited (admitted
+// at once, without contention) is neither credit nor debt against the
+// flows that start waiting with it. (The paper lifts a newcomer to the
+// counter of the last flow to leave the queue; a flow admitted without
+// waiting never entered it, and would keep a debt from uncontended use.)
+// This also bounds how far a counter can drift: a counter that a
+// mistaken charge inflated is forgotten at the next busy period.
 //
 // Why not deficit round robin. Both bound the unfairness by one request's
 // cost, but an LLM request's cost is only an estimate at admission (the
@@ -166,7 +178,10 @@ func (q *Queue[T]) Len() int { return q.n }
 // slot already and was charged, so it is neither capped nor charged again.
 func (q *Queue[T]) Push(name string, band Priority, cost float64, held bool, v T) *Entry[T] {
 	f := q.flowOf(name)
-	if f.queued == 0 {
+	switch {
+	case q.n == 0:
+		q.startBusyPeriod()
+	case f.queued == 0:
 		// Waiting again after an idle spell: no banked credit.
 		if m, ok := q.minWaiting(); ok && f.counter < m {
 			f.counter = m
@@ -181,6 +196,14 @@ func (q *Queue[T]) Push(name string, band Priority, cost float64, held bool, v T
 	f.queued++
 	q.n++
 	return e
+}
+
+// startBusyPeriod starts every flow's counter again at zero: nobody
+// waits, so no flow is ahead of another.
+func (q *Queue[T]) startBusyPeriod() {
+	for _, f := range q.order {
+		f.counter = 0
+	}
 }
 
 // minWaiting returns the lowest counter among flows with waiting requests.
@@ -297,6 +320,9 @@ func (q *Queue[T]) Acquire(name string) bool {
 
 // Charge adds an admitted request's cost to its flow's counter.
 func (q *Queue[T]) Charge(name string, cost float64) {
+	if !finite(cost) {
+		return
+	}
 	f := q.flowOf(name)
 	f.counter += max(cost, MinCost) / f.weight()
 }
@@ -306,9 +332,30 @@ func (q *Queue[T]) Charge(name string, cost float64) {
 // cost less). The correction lands wherever the flow stands, waiting or
 // not, so a flow that under-estimates pays for it at its next turn.
 func (q *Queue[T]) Settle(name string, delta float64) {
+	if !finite(delta) {
+		return // a cost no request can have: the counter keeps its meaning
+	}
 	f := q.flowOf(name)
 	f.counter += delta / f.weight()
 }
+
+// Reset starts flow name's counter afresh (an operator's remedy for a
+// counter inflated by a faulty charge): at the lowest counter of the
+// other flows waiting, as if it began to wait now, or at zero when none
+// waits.
+func (q *Queue[T]) Reset(name string) {
+	f := q.flowOf(name)
+	m, ok := 0.0, false
+	for _, g := range q.order {
+		if g != f && g.queued > 0 && (!ok || g.counter < m) {
+			m, ok = g.counter, true
+		}
+	}
+	f.counter = m
+}
+
+// finite reports whether v is a number a counter may take.
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
 // Release gives back the slot an admitted request held.
 func (q *Queue[T]) Release(name string) {

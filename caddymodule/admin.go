@@ -16,7 +16,8 @@ func init() {
 	caddy.RegisterModule(adminState{})
 }
 
-// adminState adds GET /llm_route/state to Caddy's admin API: per replica
+// adminState adds GET /llm_route/state to Caddy's admin API (and POST
+// /llm_route/tenants/<name>/reset, tenantreset.go): per replica
 // the reservations held, the cooldown, the last engine metrics and their
 // age, the residency index size and the prediction record; per live policy
 // its effective settings. Tests and operators read leaks here. The shapes
@@ -36,6 +37,9 @@ func (adminState) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{{
 		Pattern: stateapi.Path,
 		Handler: caddy.AdminHandlerFunc(serveState),
+	}, {
+		Pattern: tenantsAdminPath,
+		Handler: caddy.AdminHandlerFunc(serveTenantReset), // tenantreset.go
 	}}
 }
 

@@ -183,7 +183,7 @@ func (h *LLMRoute) settleTenant(rc *routeCtx, ww *routeWriter, sent bool) {
 func tokensUsed(tk *ticket, ww *routeWriter) (float64, bool) {
 	sn := ww.sniff
 	if sn != nil && sn.usageTokens > 0 {
-		return float64(sn.usageTokens), true
+		return boundedUsage(sn, ww.bytes) // usagebound.go
 	}
 	if ww.firstByteAt.IsZero() || ww.status >= 400 {
 		return 0, false
@@ -209,6 +209,9 @@ type tokenCounts struct {
 // (the last one seen wins: streams that report usage on every chunk
 // report it cumulatively).
 func (s *usageSniffer) countTokens(prompt int, c tokenCounts) {
+	var neg bool
+	prompt, c, neg = nonNegative(prompt, c) // usagebound.go
+	s.negative = s.negative || neg
 	switch {
 	case c.TotalTokens > 0:
 		s.usageTokens = c.TotalTokens

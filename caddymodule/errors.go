@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"encoding/json"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -163,11 +164,26 @@ type anthropicWriter struct {
 // withErrorShape returns w, marked for Anthropic's error shape when r is
 // on an Anthropic path.
 func withErrorShape(r *http.Request, w http.ResponseWriter) http.ResponseWriter {
-	switch strings.TrimSuffix(r.URL.Path, "/") {
-	case "/v1/messages", "/v1/messages/count_tokens":
+	if anthropicPath(r.URL.Path) {
 		return &anthropicWriter{&caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
 	}
 	return w
+}
+
+// anthropicPath reports whether p is /v1/messages or any path below it,
+// as a client would mean it: doubled slashes and dot segments are read
+// away first, so that every refusal an Anthropic client gets under the
+// Messages API (an unknown endpoint such as /v1/messages/batches, a path
+// that is not clean) is in the shape it parses.
+func anthropicPath(p string) bool {
+	if !strings.Contains(p, "messages") {
+		return false // the common case, without building a cleaned copy
+	}
+	for strings.Contains(p, "//") {
+		p = strings.ReplaceAll(p, "//", "/")
+	}
+	p = path.Clean("/" + p)
+	return p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/")
 }
 
 // anthropicShaped reports whether w, or a writer it wraps, is marked by

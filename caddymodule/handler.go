@@ -98,6 +98,17 @@ type LLMRoute struct {
 	// sessionHdrs is SessionHeaders spelled canonically (Provision).
 	sessionHdrs []string
 	logger      *zap.Logger
+	// cleaned is set by the first Cleanup (tenants.go); Caddy calls
+	// Cleanup once, from one goroutine.
+	cleaned bool
+}
+
+// cleanupOnce reports whether this is the handler's first Cleanup, which
+// alone drops its references.
+func (h *LLMRoute) cleanupOnce() bool {
+	first := !h.cleaned
+	h.cleaned = true
+	return first
 }
 
 // defaultMaxBodyBytes bounds a request body unless max_body_bytes says
@@ -181,6 +192,7 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 			return nil
 		}
 		sniff = &x.sniff
+		sniff.bound = boundOf(body)
 		if h.RequestUsage && req.Stream && !req.HasStreamOptions && req.Endpoint != policies.EndpointResponses &&
 			req.Endpoint != policies.EndpointMessages { // Anthropic streams always carry usage
 			if b, ok := withIncludeUsage(bb, body); ok {
@@ -226,6 +238,14 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 	}()
 	err := next.ServeHTTP(ww, r)
 	returned = true
+	if err == nil && ww.answerCut() && r.Context().Err() == nil {
+		// The replica ended the answer short of its protocol's end, where
+		// HTTP framing could not tell: the client must not see a clean
+		// end. Abort as reverse_proxy does mid-stream (no final chunk,
+		// or a reset HTTP/2 stream); the deferred finish settles it.
+		ww.cut = true
+		panic(http.ErrAbortHandler)
+	}
 	if err == nil && !ww.wroteHeader && !rc.attempted() {
 		// No handler after llm_route answered (no pool's matcher took the
 		// request): say so, rather than Caddy's empty 200.

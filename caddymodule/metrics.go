@@ -183,6 +183,7 @@ func registerMetrics(ctx caddy.Context) {
 		metricDecision, metricTTFB, metricSlotHolds, metricPredictedTokens, metricReportedTokens, metricPromptTokens,
 		metricPredictions, metricIndexPurges, metricStatusOverrides, metricSessionRoutes, metricStateRoutes, metricHomesClaims, stateCollector{},
 		metricTenantRequests, metricTenantRejected, metricTenantQueueWait, metricTenantTokens, tenantCollector{},
+		metricUsageClamped,
 	}, operatorCollectors...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

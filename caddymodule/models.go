@@ -3,6 +3,8 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sort"
@@ -12,6 +14,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
 )
 
 // GET /v1/models, answered by the gateway: the models it can route, in
@@ -20,13 +24,22 @@ import (
 // config (its static upstreams, read from the config as it runs) and every
 // replica such a policy has routed to (dynamic upstreams), so that the
 // list follows replicas as they come and go. Each replica's list is cached
-// for modelsTTL and fetched again after.
+// for modelsTTL and fetched again after (replicaModels).
 
 // modelsTTL is how long one replica's model list is reused.
 const modelsTTL = 10 * time.Second
 
+// modelsStaleTTL is how long a replica's last good list still answers
+// while fetching it again fails: a failure is never cached, and never
+// stands for an empty list.
+const modelsStaleTTL = time.Minute
+
 // modelsFetchTimeout bounds one replica's answer.
 const modelsFetchTimeout = 2 * time.Second
+
+// maxModelsBytes bounds one replica's /v1/models body. A longer answer
+// is a failure (logged), not a truncated list.
+const maxModelsBytes = 16 << 20
 
 // modelEntry is one model in OpenAI's list format.
 type modelEntry struct {
@@ -96,50 +109,99 @@ func (h *LLMRoute) serveModels(w http.ResponseWriter, r *http.Request) {
 // modelsTarget is one replica to ask: its dial address and scheme.
 type modelsTarget struct{ addr, scheme string }
 
-// replicaModels returns t's list, from the cache while fresh.
+// modelFetches collapses concurrent fetches of one replica's list into
+// one.
+var modelFetches singleflight.Group
+
+// replicaModels returns t's list, from the cache while fresh. A fetch
+// runs on a context of its own, bounded by modelsFetchTimeout, and is
+// shared by every request that asks meanwhile: a client that leaves
+// stops waiting for it, not the fetch, so its leaving cannot fail the
+// list for the others. Only a good list is cached; while fetching fails,
+// the last good one answers for up to modelsStaleTTL.
 func (h *LLMRoute) replicaModels(ctx context.Context, t modelsTarget) ([]modelEntry, bool) {
 	v, _ := modelCache.LoadOrStore(t.addr, &replicaModels{})
 	rm := v.(*replicaModels)
 	rm.mu.Lock()
-	defer rm.mu.Unlock()
-	if !rm.at.IsZero() && time.Since(rm.at) < modelsTTL {
-		return rm.models, rm.ok
+	if rm.ok && time.Since(rm.at) < modelsTTL {
+		models := rm.models
+		rm.mu.Unlock()
+		return models, true
 	}
-	models, ok := h.fetchModels(ctx, t)
-	rm.at, rm.models, rm.ok = time.Now(), models, ok
-	go recheckLists() // modelchoice.go; it takes rm's lock
-	return models, ok
+	rm.mu.Unlock()
+	ch := modelFetches.DoChan(t.scheme+"://"+t.addr, func() (any, error) {
+		fctx, cancel := context.WithTimeout(context.Background(), modelsFetchTimeout)
+		defer cancel()
+		models, err := h.fetchModels(fctx, t)
+		go recheckLists() // modelchoice.go; it takes rm's lock, once this returns
+		rm.mu.Lock()
+		defer rm.mu.Unlock()
+		switch {
+		case err == nil:
+			rm.at, rm.models, rm.ok = time.Now(), models, true
+			return models, nil
+		case rm.ok && time.Since(rm.at) < modelsStaleTTL:
+			return rm.models, nil
+		}
+		if h.logger != nil {
+			h.logger.Debug("replica model list", zap.String("replica", t.addr), zap.Error(err))
+		}
+		return nil, err
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, false
+		}
+		return res.Val.([]modelEntry), true
+	case <-ctx.Done():
+		return nil, false
+	}
 }
 
+// errModelsTooLarge is a replica's list over maxModelsBytes.
+var errModelsTooLarge = errors.New("llmroute: model list over 16 MiB")
+
 // fetchModels asks one replica for its /v1/models.
-func (h *LLMRoute) fetchModels(ctx context.Context, t modelsTarget) ([]modelEntry, bool) {
-	ctx, cancel := context.WithTimeout(ctx, modelsFetchTimeout)
-	defer cancel()
+func (h *LLMRoute) fetchModels(ctx context.Context, t modelsTarget) ([]modelEntry, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.scheme+"://"+t.addr+"/v1/models", nil)
 	if err != nil {
-		return nil, false
+		return nil, err
 	}
 	if h.upstream != "" {
 		req.Header.Set("Authorization", "Bearer "+h.upstream)
 	}
 	resp, err := modelsClient.Do(req)
 	if err != nil {
-		return nil, false
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, false
+		return nil, fmt.Errorf("llmroute: model list answered %d", resp.StatusCode)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxModelsBytes+1))
+	switch {
+	case err != nil:
+		return nil, err
+	case len(b) > maxModelsBytes:
+		if h.logger != nil {
+			h.logger.Warn("replica model list too large", zap.String("replica", t.addr), zap.Int("limit_bytes", maxModelsBytes))
+		}
+		return nil, errModelsTooLarge
 	}
 	var l modelList
-	if json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&l) != nil {
-		return nil, false
+	if err := json.Unmarshal(b, &l); err != nil {
+		return nil, err
 	}
 	for i := range l.Data {
 		if l.Data[i].Object == "" {
 			l.Data[i].Object = "model"
 		}
 	}
-	return l.Data, true
+	if l.Data == nil {
+		l.Data = []modelEntry{}
+	}
+	return l.Data, nil
 }
 
 // modelsClient asks replicas for their lists.

@@ -46,6 +46,11 @@ const (
 	// mishandles), so it cools the replica only when it repeats
 	// (cooldown.go, countStatusFailLocked).
 	reasonStatus = "5xx"
+	// reasonIncomplete: the answer ended without its protocol's end (no
+	// [DONE], message_stop or response.completed; a JSON body cut
+	// short) where HTTP framing could not tell; the client's connection
+	// was aborted (answerend.go).
+	reasonIncomplete = "stream_incomplete"
 )
 
 // Outcomes without detail.
@@ -67,6 +72,8 @@ func failed(reason string, retryAfter time.Duration) outcome {
 func settle(r *http.Request, ww *routeWriter, a *attempt, returned bool) (outcome, string) {
 	clientGone := r.Context().Err() != nil
 	switch {
+	case ww.cut:
+		return failed(reasonIncomplete, 0), reasonIncomplete
 	case !returned && clientGone:
 		return neutralEnd, "client_disconnect"
 	case !returned:

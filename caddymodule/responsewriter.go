@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"time"
@@ -23,6 +24,10 @@ type routeWriter struct {
 	firstByteAt time.Time
 	sniff       *usageSniffer
 	respIDs     *responseIDScanner // reads a /v1/responses answer's id
+
+	// cut is set when the answer ended without its protocol's end and
+	// the handler aborts the connection (answerCut).
+	cut bool
 
 	// wrapper is what ResponseWriterWrapper points at (exchange.writer):
 	// one allocation for both.
@@ -60,6 +65,9 @@ func (w *routeWriter) WriteHeader(status int) {
 	if w.sniff != nil {
 		w.sniff.start(w.Header().Get("Content-Type"))
 		w.startAnswer(status)
+		if status/100 == 2 && w.rc.req != nil {
+			w.sniff.end.startEnd(w.rc.req.Endpoint, w.sniff.sse, w.sniff.json, w.Header().Get("Content-Encoding"))
+		}
 	}
 	w.ResponseWriterWrapper.WriteHeader(status)
 }
@@ -89,6 +97,20 @@ func (w *routeWriter) Write(p []byte) (int, error) {
 		n = len(p)
 	}
 	return n, err
+}
+
+// answerCut reports whether a successful answer, now relayed, lacked its
+// protocol's end (answerend.go): a replica cut it where HTTP framing
+// could not tell.
+func (w *routeWriter) answerCut() bool {
+	if w.sniff == nil || w.status/100 != 2 || w.status == http.StatusNoContent {
+		return false
+	}
+	if len(w.sniff.line) > 0 {
+		// A last line without its line break still counts.
+		w.sniff.end.sseLine(bytes.TrimRight(w.sniff.line, "\r\n"))
+	}
+	return w.sniff.end.cut()
 }
 
 // ReadFrom must go through Write so that nothing bypasses the watch.

@@ -69,7 +69,8 @@ type routeCtx struct {
 	sessionKey uint64
 	// pin is the replica that holds the state a /v1/responses follow-up
 	// continues ("" for none), pinKey the state's key (session.go).
-	pin, pinKey string
+	pin    string
+	pinKey uint64
 	// tk is the request's admission ticket (budgets.go): its tenant, band
 	// and estimate; nil without llm_route's tenants. Set before the
 	// policy runs; its slot is given back by finish.

@@ -26,23 +26,30 @@ import (
 //
 // The tables are package-level (they survive reloads, like replica
 // state), bounded and expire: a session idle for sessionTTL is forgotten
-// (its next request is placed anew), a response after responseTTL.
+// (its next request is placed anew), a response after responseTTL. Both
+// are keyed by a 64-bit hash of the whole id, never by the id itself, so
+// an entry costs the same whatever the id's length (a client may send a
+// megabyte-long conversation id) and two ids that differ anywhere, even
+// past their first kilobyte, are two entries; the value is the replica's
+// address, shared with its state. So each table holds at most its count
+// of fixed-size entries, whatever the clients send.
 
 const (
 	maxSessions  = 100_000
 	sessionTTL   = time.Hour
 	maxResponses = 100_000
 	responseTTL  = 24 * time.Hour
-	// maxSessionID bounds the session identity a client may send.
+	// maxSessionID bounds the session identity {llm.session} shows; the
+	// session is keyed by a hash of the whole identity.
 	maxSessionID = 256
 )
 
 var (
 	// sessionHomes maps a session key to the replica that served it last.
 	sessionHomes = expirable.NewLRU[uint64, string](maxSessions, nil, sessionTTL)
-	// stateHomes maps a response id ("r:" + id) or a conversation id ("c:"
-	// + id) to the replica that holds it.
-	stateHomes = expirable.NewLRU[string, string](maxResponses, nil, responseTTL)
+	// stateHomes maps a response id or a conversation id (stateKey) to
+	// the replica that holds it.
+	stateHomes = expirable.NewLRU[uint64, string](maxResponses, nil, responseTTL)
 )
 
 // defaultSessionHeaders are the headers a session identity is read from,
@@ -54,10 +61,11 @@ var defaultSessionHeaders = []string{"X-Session-Id", "X-Session-Affinity", "X-Cl
 // {llm.model}, {llm.endpoint}, {llm.stream} and {llm.session}
 // (placeholders.go).
 func (h *LLMRoute) describe(r *http.Request, rc *routeCtx) {
-	rc.session = h.sessionOf(r, rc.req)
+	session := h.sessionOf(r, rc.req)
+	rc.session = clip(session, maxSessionID)
 	rc.ph.endpoint = endpointName(r.URL.Path)
 	if rc.req != nil {
-		rc.sessionKey = sessionKey(rc.req.Model, rc.session)
+		rc.sessionKey = sessionKey(rc.req.Model, session)
 		rc.pin, rc.pinKey = stateHome(rc.req)
 	}
 	providePlaceholders(r, rc)
@@ -74,8 +82,9 @@ func remember(rc *routeCtx, addr string, ids *responseIDScanner) {
 	}
 }
 
-// sessionOf returns the request's session identity: the first non-empty
-// session header, else the body's prompt_cache_key ("" for none).
+// sessionOf returns the request's session identity, whole: the first
+// non-empty session header, else the body's prompt_cache_key ("" for
+// none).
 func (h *LLMRoute) sessionOf(r *http.Request, req *policies.Request) string {
 	hdrs := h.sessionHdrs
 	if hdrs == nil {
@@ -86,11 +95,11 @@ func (h *LLMRoute) sessionOf(r *http.Request, req *policies.Request) string {
 	}
 	for _, name := range hdrs {
 		if v := strings.TrimSpace(r.Header.Get(name)); v != "" {
-			return clip(v, maxSessionID)
+			return v
 		}
 	}
 	if req != nil {
-		return clip(req.PromptCacheKey, maxSessionID)
+		return req.PromptCacheKey
 	}
 	return ""
 }
@@ -131,38 +140,51 @@ func sessionKey(model, session string) uint64 {
 }
 
 // stateHome returns the replica that holds the state a /v1/responses
-// request continues, and the state's key ("" when it names none the
+// request continues, and the state's key (0 when it names none the
 // router knows).
-func stateHome(req *policies.Request) (addr, key string) {
+func stateHome(req *policies.Request) (addr string, key uint64) {
 	if req == nil {
-		return "", ""
+		return "", 0
 	}
-	for _, k := range []string{stateKey("r:", req.PreviousResponseID), stateKey("c:", req.Conversation)} {
-		if k == "" {
+	for _, k := range [2]uint64{stateKey(stateResponse, req.PreviousResponseID), stateKey(stateConversation, req.Conversation)} {
+		if k == 0 {
 			continue
 		}
 		if a, ok := stateHomes.Get(k); ok {
 			return a, k
 		}
 	}
-	return "", ""
+	return "", 0
 }
 
-func stateKey(kind, id string) string {
+// Kinds of state a follow-up names, hashed into its key so that a
+// response and a conversation of the same id are two entries.
+const (
+	stateResponse     byte = 'r'
+	stateConversation byte = 'c'
+)
+
+// stateKey is the key of state id of kind in stateHomes: a hash of the
+// whole id (0 for none).
+func stateKey(kind byte, id string) uint64 {
 	if id == "" {
-		return ""
+		return 0
 	}
-	return kind + id
+	var d xxhash.Digest
+	d.Reset()
+	_, _ = d.Write([]byte{kind, 0})
+	_, _ = d.WriteString(id)
+	return d.Sum64() | 1
 }
 
 // recordState notes that the replica at addr made response id and holds
 // the request's conversation.
 func recordState(addr, responseID string, req *policies.Request) {
-	if k := stateKey("r:", responseID); k != "" {
+	if k := stateKey(stateResponse, responseID); k != 0 {
 		stateHomes.Add(k, addr)
 	}
 	if req != nil {
-		if k := stateKey("c:", req.Conversation); k != "" {
+		if k := stateKey(stateConversation, req.Conversation); k != 0 {
 			stateHomes.Add(k, addr)
 		}
 	}
@@ -203,6 +225,9 @@ var respIDField = []byte(`"id":"resp_`)
 func (s *responseIDScanner) observe(p []byte) {
 	if s.done {
 		return
+	}
+	if room := maxResponseIDScan + len(respIDField) - len(s.buf); len(p) > room {
+		p = p[:max(room, 0)] // what lies past the scan's bound is never read
 	}
 	s.buf = append(s.buf, p...)
 	if i := bytes.Index(s.buf, respIDField); i >= 0 {

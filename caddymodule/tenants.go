@@ -188,13 +188,18 @@ func (h *LLMRoute) provisionTenants(repl *caddy.Replacer, clk clockwork.Clock) e
 
 // Cleanup drops this handler's references on its tenants' states: the
 // settings it registered stop counting (a newer config's stay), and a
-// tenant no config names any more is forgotten.
+// tenant no config names any more is forgotten. The handler keeps its
+// keys and tenants: a reload cleans the old config up while it may still
+// serve a request it had begun to read, and that request must meet the
+// same keys, budgets and queue as any other (see cleanupOnce).
 func (h *LLMRoute) Cleanup() error {
+	if !h.cleanupOnce() {
+		return nil
+	}
 	for _, ts := range h.tenants {
 		ts.unregister(h)
 		releaseTenant(ts.name)
 	}
-	h.tenants = nil
 	return nil
 }
 

@@ -44,9 +44,15 @@ type usageSniffer struct {
 	// settled from them (budgets.go, tokensUsed).
 	usageTokens int
 	chunks      int
+	// bound is what the request could have used; negative is set when
+	// the engine reported a count below zero (usagebound.go).
+	bound    usageBound
+	negative bool
 
 	// answer, when set, is fed the answer's text (answers.go).
 	answer *answerCapture
+	// end follows whether the answer reaches its end (answerend.go).
+	end answerEnd
 }
 
 func (s *usageSniffer) start(contentType string) {
@@ -61,6 +67,7 @@ func (s *usageSniffer) start(contentType string) {
 // observe inspects p and returns the bytes to send to the client: p itself
 // unless a usage chunk must be stripped.
 func (s *usageSniffer) observe(p []byte) []byte {
+	s.end.jsonBytes(p)
 	switch {
 	case s.json:
 		if len(s.body)+len(p) <= maxSniffJSON {
@@ -174,6 +181,7 @@ func (s *usageSniffer) inspect(line []byte) bool {
 		return d && s.strip
 	}
 	s.dropped = false
+	s.end.sseLine(t)
 	data, ok := bytes.CutPrefix(t, []byte("data:"))
 	if !ok {
 		// Anthropic's stream ends with "event: message_stop".

@@ -222,6 +222,14 @@ func TestDeathMidStream(t *testing.T) {
 		{"stream reset after the last content chunk", 5, "rst", true, true},
 		{"json reset midway", 0, "rst", false, false},
 		{"json closed midway", 0, "fin", false, false},
+		// An answer without HTTP framing (Connection: close) that the
+		// replica ends early by closing cleanly: only the protocol shows
+		// the cut (no [DONE], half a JSON body), and llm_route aborts the
+		// client's connection itself.
+		{"unframed stream closed after 2 chunks", 2, fakereplica.CutUnframed, true, true},
+		{"unframed stream closed after headers", 0, fakereplica.CutUnframed, true, true},
+		{"unframed stream without usage closed after the last content chunk", 5, fakereplica.CutUnframed, false, true},
+		{"unframed json closed midway", 0, fakereplica.CutUnframed, false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -264,7 +272,13 @@ func TestDeathMidStream(t *testing.T) {
 				return r.Cooling
 			})
 			r, _ := st.Replica(rcs[0].Replica)
-			assert.Equal(t, "stream_broken", r.CoolReason)
+			reason := "stream_broken"
+			if c.cutMode == fakereplica.CutUnframed {
+				reason = "stream_incomplete"
+			}
+			assert.Equal(t, reason, r.CoolReason)
+			assert.Contains(t, e.metrics(), `outcome="`+reason+`",replica="`+rcs[0].Replica+`"`)
+			assert.NotContains(t, e.metrics(), `outcome="ok",replica="`+rcs[0].Replica+`"`)
 		})
 	}
 }

@@ -62,6 +62,12 @@ const (
 	FaultStep = "step"
 )
 
+// CutUnframed is the cut mode of a replica that sends its answer without
+// HTTP framing (no Content-Length, not chunked: Connection: close) and
+// ends it early by closing the connection cleanly, so that the cut shows
+// only in the protocol (no [DONE], half a JSON body).
+const CutUnframed = "unframed"
+
 // Request headers that steer the fake.
 const (
 	HeaderRequestID  = "X-Request-Id"
@@ -72,7 +78,7 @@ const (
 	HeaderDelay      = "X-Fake-Delay"       // Go duration between chunks for "slow", default 30ms
 	HeaderRetryAfter = "X-Fake-Retry-After" // Retry-After for 429/503, default "1"; "none" sends none; for 500 only when set
 	HeaderStall      = "X-Fake-Stall"       // Go duration a stall lasts at most, default 30s
-	HeaderCutMode    = "X-Fake-Cut-Mode"    // "rst" (default): reset the connection; "fin": close it
+	HeaderCutMode    = "X-Fake-Cut-Mode"    // "rst" (default): reset the connection; "fin": close it; CutUnframed
 	HeaderCutWait    = "X-Fake-Cut-Wait"    // "1": before a cut, wait for Tracker.Cut(id) (so the test knows what got through)
 	// HeaderEarly "1": answer a status fault before reading the body (as a
 	// rate limiter in front of an engine may), then drain the body slowly
@@ -84,6 +90,10 @@ const (
 	// before any header: a transport error), the request ends or the
 	// stall limit passes.
 	HeaderHold = "X-Fake-Hold"
+	// HeaderTotalTokens, an integer (any, negative or absurd), is the
+	// total_tokens the answer's usage reports, its completion_tokens the
+	// rest after the prompt: a faulty engine's usage.
+	HeaderTotalTokens = "X-Fake-Total-Tokens"
 )
 
 // Outcomes recorded for each receipt.
@@ -609,6 +619,9 @@ func (rp *Replica) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		TotalTokens:         promptTokens + p.chunks + 1,
 		PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: cached},
 	}
+	if v, err := strconv.ParseInt(r.Header.Get(HeaderTotalTokens), 10, 64); err == nil {
+		usage.TotalTokens, usage.CompletionTokens = int(v), int(v)-promptTokens
+	}
 	if !req.Stream {
 		outcome = rp.answerJSON(w, r, rc, fault, p, usage)
 		return
@@ -688,7 +701,11 @@ func (rp *Replica) answerJSON(w http.ResponseWriter, r *http.Request, rc *Receip
 		Usage:   usage,
 	})
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	if fault == FaultCut && p.cutMode == CutUnframed {
+		unframed(w)
+	} else {
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	}
 	w.WriteHeader(http.StatusOK)
 	rp.tracker.update(rc, func(rc *Receipt) { rc.Status = http.StatusOK })
 	if fault == FaultCut {
@@ -709,6 +726,9 @@ func (rp *Replica) answerStream(w http.ResponseWriter, r *http.Request, rc *Rece
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
+	if fault == FaultCut && p.cutMode == CutUnframed {
+		unframed(w)
+	}
 	w.WriteHeader(http.StatusOK)
 	rp.tracker.update(rc, func(rc *Receipt) { rc.Status = http.StatusOK })
 	send := func(v openai.Chunk) error {
@@ -829,11 +849,22 @@ func (rp *Replica) resetBeforeHeaders(w http.ResponseWriter) {
 	_ = conn.Close()
 }
 
+// unframed has net/http send the answer without framing: with
+// Transfer-Encoding identity it neither chunks nor sets a length, and
+// closes the connection after the reply.
+func unframed(w http.ResponseWriter) {
+	w.Header().Set("Transfer-Encoding", "identity")
+	w.Header().Set("Connection", "close")
+}
+
 // cut flushes what was written, takes over the connection and closes it,
 // so that the peer sees the answer end without its terminating chunk.
 func (rp *Replica) cut(w http.ResponseWriter, mode string) {
 	rcl := http.NewResponseController(w)
 	_ = rcl.Flush()
+	if mode == CutUnframed {
+		return // the handler returns: net/http closes the connection cleanly
+	}
 	conn, buf, err := rcl.Hijack()
 	if err != nil {
 		panic(http.ErrAbortHandler)

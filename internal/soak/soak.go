@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -48,12 +49,20 @@ const (
 	// (/metrics, /reset_prefix_cache, /sleep, /sim/fault): it must get 404
 	// unknown_url and never reach a replica.
 	KindForbidden = "forbidden"
+	// KindAbsurdUsage is answered in full by a replica whose usage is
+	// absurd (total_tokens 2^62, or negative): the client gets its answer
+	// and no tenant's accounting takes the absurd count.
+	KindAbsurdUsage = "absurd_usage"
 )
+
+// absurdCharge is more tokens than a whole soak can use: a tenant charged
+// this much (or a virtual time this far) took an absurd usage.
+const absurdCharge = 1e12
 
 // DefaultMix is the default weight of each fault kind.
 var DefaultMix = map[string]float64{
 	KindOK: 60, Kind429: 4, Kind503: 4, Kind500: 2, KindStall: 2, KindCut: 5, KindSlow: 15, KindDisconnect: 8,
-	KindPoison: 3, KindForbidden: 2,
+	KindPoison: 3, KindForbidden: 2, KindAbsurdUsage: 2,
 }
 
 // forbiddenPaths are the endpoints KindForbidden asks for.
@@ -174,6 +183,9 @@ type Result struct {
 	// PoisonNot500 counts poisoned requests whose client did not see the
 	// engine's 500 (or a refusal while every replica was out).
 	PoisonNot500 int `json:"poison_not_500"`
+	// AbsurdTenants counts tenants whose accounting (tokens charged or
+	// left, virtual time) took an absurd usage (KindAbsurdUsage).
+	AbsurdTenants int `json:"absurd_tenants"`
 
 	LeakedReservations     int `json:"leaked_reservations"`
 	LeftQueued             int `json:"left_queued"`
@@ -377,6 +389,13 @@ drive:
 		}
 	}
 	res.LeftQueued = st.Queued
+	for _, tn := range st.Tenants {
+		if math.Abs(tn.TokensCharged) > absurdCharge || math.Abs(tn.VirtualTokens) > absurdCharge || math.Abs(tn.TokensLeft) > absurdCharge {
+			res.AbsurdTenants++
+			res.Examples = append(res.Examples, fmt.Sprintf("tenant %s took an absurd usage: charged %g, virtual %g, left %g",
+				tn.Name, tn.TokensCharged, tn.VirtualTokens, tn.TokensLeft))
+		}
+	}
 
 	// What the client saw against what the replicas recorded.
 	mu.Lock()
@@ -404,7 +423,7 @@ drive:
 			res.Successes++
 		} else {
 			res.Errors[o.class]++
-			if (o.kind == KindOK || o.kind == KindSlow) && !expectedUnderFaults(o.class) {
+			if (o.kind == KindOK || o.kind == KindSlow || o.kind == KindAbsurdUsage) && !expectedUnderFaults(o.class) {
 				res.UnexpectedFailures[o.class]++
 			}
 		}
@@ -488,6 +507,9 @@ drive:
 	}
 	if res.ForbiddenPassed != 0 {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d requests for administrative endpoints reached a replica or got no 404", res.ForbiddenPassed))
+	}
+	if res.AbsurdTenants != 0 {
+		res.Failures = append(res.Failures, fmt.Sprintf("%d tenants charged an engine's absurd usage", res.AbsurdTenants))
 	}
 	if res.PoisonNot500 != 0 {
 		res.Failures = append(res.Failures, fmt.Sprintf("%d poisoned requests did not get the engine's 500", res.PoisonNot500))
@@ -707,9 +729,16 @@ func (d *driver) one(ctx context.Context, id, kind string) outcome {
 	case KindCut:
 		hdr[fakereplica.HeaderFault] = fakereplica.FaultCut
 		hdr[fakereplica.HeaderCutAfter] = strconv.Itoa(d.intn(4))
-		if d.intn(2) == 0 {
+		switch d.intn(3) {
+		case 0:
 			hdr[fakereplica.HeaderCutMode] = "fin"
+		case 1:
+			// Unframed, closed cleanly: only the protocol shows the cut.
+			hdr[fakereplica.HeaderCutMode] = fakereplica.CutUnframed
 		}
+	case KindAbsurdUsage:
+		stream = false // a whole answer always carries its usage
+		hdr[fakereplica.HeaderTotalTokens] = []string{"4611686018427387904", "4611686018427387904", "-1000000"}[d.intn(3)]
 	case KindSlow:
 		hdr[fakereplica.HeaderFault] = fakereplica.FaultSlow
 		hdr[fakereplica.HeaderDelay] = strconv.Itoa(10+d.intn(40)) + "ms"

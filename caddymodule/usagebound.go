@@ -1,0 +1,137 @@
+package caddymodule
+
+import (
+	"bytes"
+	"math"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/llmroute/caddy-llmroute/internal/jsonscan"
+)
+
+// Engine-reported usage is bounded by what the request could have used
+// before it is charged to the tenant's budgets, its output estimate or its
+// place in the fair queue: a faulty or hostile engine's total_tokens of
+// 2^62 would otherwise leave a tenant trillions of tokens in debt (429
+// for ever) and its virtual time past every other tenant's, and a
+// negative count would refund what was used. The bound must never
+// undercharge a true report, so it is loose: the prompt is at most one
+// token per byte of the request body plus promptSlack (the chat
+// template's tokens), plus mediaSlack when the body names an image, audio,
+// video or file part (media by URL cost tokens their bytes do not show);
+// the output at most the request's own limit (max_tokens,
+// max_completion_tokens, max_output_tokens, times n) or, without one, one
+// token per byte of the answer relayed plus outputSlack. A clamped report
+// is charged at the bound and does not teach the tenant's estimate.
+
+// The bound's allowances beyond what the bytes show.
+const (
+	promptSlack = 1 << 10
+	mediaSlack  = 64 << 10
+	outputSlack = 4 << 10
+)
+
+// Reasons a reported usage was clamped, as llmroute_usage_clamped_total
+// names them.
+const (
+	clampNegative = "negative"   // a count below zero, taken as zero
+	clampBound    = "over_bound" // more than the request could have used
+)
+
+// usageBound is what a request could have used, as its body tells: the
+// most its prompt could be, and its output limit (0 for none).
+type usageBound struct {
+	prompt    float64
+	maxOutput int64
+}
+
+// mediaWords are what a body naming a media part contains.
+var mediaWords = [][]byte{[]byte("image"), []byte("audio"), []byte("video"), []byte(`"file`)}
+
+// boundOf reads the bound of a request body. Only a body that names a
+// limit ("max_...") is scanned for it, once, over its top level.
+func boundOf(body []byte) usageBound {
+	b := usageBound{prompt: float64(len(body)) + promptSlack}
+	for _, w := range mediaWords {
+		if bytes.Contains(body, w) {
+			b.prompt += mediaSlack
+			break
+		}
+	}
+	if !bytes.Contains(body, []byte(`"max_`)) {
+		return b
+	}
+	s := jsonscan.New(body)
+	var limit, choices int64 = 0, 1
+	_ = s.Object(outputLimitFields, func(i int) bool {
+		if n, ok := s.Int(); ok && n > 0 {
+			if i < 3 {
+				limit = max(limit, n)
+			} else {
+				choices = max(choices, n)
+			}
+			return true
+		}
+		_, ok := s.Skip()
+		return ok
+	})
+	if limit > 0 && choices < math.MaxInt64/limit {
+		b.maxOutput = limit * choices
+	}
+	return b
+}
+
+// outputLimitFields are the request fields that bound the output: the
+// limit of one choice (chat's, old and new, and Anthropic's max_tokens;
+// the Responses API's max_output_tokens), then how many choices are
+// generated (n; best_of on completions).
+var outputLimitFields = []string{"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of"}
+
+// limit is the most tokens the request could have used, with answerBytes
+// of answer relayed.
+func (b usageBound) limit(answerBytes int64) float64 {
+	out := float64(answerBytes) + outputSlack
+	if b.maxOutput > 0 {
+		out = float64(b.maxOutput)
+	}
+	return b.prompt + out
+}
+
+// clamp returns used within the bound and, when it was not, why.
+func (b usageBound) clamp(used float64, answerBytes int64) (float64, string) {
+	switch lim := b.limit(answerBytes); {
+	case math.IsNaN(used) || used < 0:
+		return 0, clampNegative
+	case used > lim:
+		return lim, clampBound
+	}
+	return used, ""
+}
+
+// nonNegative returns the counts of one usage object with any below zero
+// taken as zero, and whether one was.
+func nonNegative(prompt int, c tokenCounts) (int, tokenCounts, bool) {
+	neg := prompt < 0 || c.CompletionTokens < 0 || c.TotalTokens < 0 || c.OutputTokens < 0
+	return max(prompt, 0), tokenCounts{CompletionTokens: max(c.CompletionTokens, 0),
+		TotalTokens: max(c.TotalTokens, 0), OutputTokens: max(c.OutputTokens, 0)}, neg
+}
+
+// boundedUsage is tokensUsed's charge for usage the engine reported: the
+// whole usage within the request's bound, the clamps counted; exact is
+// false for a clamped report (it teaches nothing).
+func boundedUsage(sn *usageSniffer, answerBytes int64) (used float64, exact bool) {
+	used, why := sn.bound.clamp(float64(sn.usageTokens), answerBytes)
+	if why == "" && sn.negative {
+		why = clampNegative
+	}
+	if why != "" {
+		metricUsageClamped.WithLabelValues(why).Inc()
+	}
+	return used, why == ""
+}
+
+// metricUsageClamped counts reported usages that were clamped.
+var metricUsageClamped = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: metricNS, Name: "usage_clamped_total",
+	Help: "Engine-reported usages clamped before they were charged, by reason: negative (a count below zero, taken as zero) or over_bound (more than the request could have used).",
+}, []string{"reason"})
