@@ -18,7 +18,7 @@ import "time"
 //     inputs must not take replicas out. A request that already failed
 //     with the same status on another replica is the request's fault
 //     (routeCtx.judge), and status failures alone never cool every
-//     replica: the least recently failed one stays routable (view.go).
+//     replica: the least recently failed one stays routable (pick.go).
 
 // cooldownConfig bounds the backoff of a failing replica and says how
 // many dial timeouts in a row (within dialWindow of each other), and how

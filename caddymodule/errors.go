@@ -207,3 +207,37 @@ func anthropicShaped(w http.ResponseWriter) bool {
 func writeAnthropicError(w http.ResponseWriter, e apiError) {
 	_ = json.NewEncoder(w).Encode(anthropic.NewError(e.status, e.message))
 }
+
+// rejectReason says why the policy gave up on a request without an upstream.
+type rejectReason int
+
+const (
+	rejectNone        rejectReason = iota
+	rejectQueueFull                // bounded wait queue was full -> 429
+	rejectQueueWait                // waited past queue_timeout -> 429
+	rejectNoHealthy                // every replica is cooling or tried -> 503
+	rejectNoReplicas               // the pool is empty -> 503
+	rejectRateLimited              // every replica is cooling after a 429 -> 429
+	rejectStateGone                // the replica holding previous_response_id left -> 404
+	rejectDisplaced                // a higher-priority arrival took its place in a full queue -> 429
+)
+
+func (r rejectReason) String() string {
+	switch r {
+	case rejectQueueFull:
+		return "queue_full"
+	case rejectQueueWait:
+		return "queue_timeout"
+	case rejectNoHealthy:
+		return "no_healthy_replica"
+	case rejectNoReplicas:
+		return "no_replicas"
+	case rejectRateLimited:
+		return "rate_limited"
+	case rejectStateGone:
+		return "state_gone"
+	case rejectDisplaced:
+		return "displaced"
+	}
+	return "none"
+}

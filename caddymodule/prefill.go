@@ -12,7 +12,7 @@ package caddymodule
 // sum is taken at each decision, over the entries still prefilling, and
 // drops the others as it goes. The entries live in the replica's state,
 // under its lock; the sum is published with the rest of the replica's live
-// view (live.go) whenever an entry is added or an attempt's prefill ends.
+// view (replicaview.go) whenever an entry is added or an attempt's prefill ends.
 
 // prefillEntry is one attempt's contribution.
 type prefillEntry struct {

@@ -87,7 +87,7 @@ type replicaState struct {
 	// prefill lists the attempts' pending prefill (prefill.go).
 	prefill []prefillEntry
 
-	// live is what selections read without the lock (live.go); unlock
+	// live is what selections read without the lock (replicaview.go); unlock
 	// publishes it.
 	live replicaLive
 }

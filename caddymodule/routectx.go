@@ -3,9 +3,7 @@ package caddymodule
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"sync"
@@ -23,43 +21,10 @@ import (
 // the context, so vars are the way through).
 const routeVarKey = "llmroute.route"
 
-// rejectReason says why the policy gave up on a request without an upstream.
-type rejectReason int
-
-const (
-	rejectNone        rejectReason = iota
-	rejectQueueFull                // bounded wait queue was full -> 429
-	rejectQueueWait                // waited past queue_timeout -> 429
-	rejectNoHealthy                // every replica is cooling or tried -> 503
-	rejectNoReplicas               // the pool is empty -> 503
-	rejectRateLimited              // every replica is cooling after a 429 -> 429
-	rejectStateGone                // the replica holding previous_response_id left -> 404
-	rejectDisplaced                // a higher-priority arrival took its place in a full queue -> 429
-)
-
-func (r rejectReason) String() string {
-	switch r {
-	case rejectQueueFull:
-		return "queue_full"
-	case rejectQueueWait:
-		return "queue_timeout"
-	case rejectNoHealthy:
-		return "no_healthy_replica"
-	case rejectNoReplicas:
-		return "no_replicas"
-	case rejectRateLimited:
-		return "rate_limited"
-	case rejectStateGone:
-		return "state_gone"
-	case rejectDisplaced:
-		return "displaced"
-	}
-	return "none"
-}
-
 // routeCtx is one request's routing state, shared by the handler (which
 // creates it and settles it) and the policy (which starts its attempts).
-// It owns the attempt in progress; mu is locked only in this file.
+// It owns the attempt in progress; mu is locked only in this file and in
+// dialtrace.go, which records the attempts' dials.
 type routeCtx struct {
 	req     *policies.Request
 	started time.Time
@@ -454,38 +419,4 @@ func (rc *routeCtx) answered(status int) {
 	if cur != nil {
 		cur.answered(status)
 	}
-}
-
-// dialTrace returns the client trace that tells this request's attempts'
-// dial timeouts from other transport errors. reverse_proxy dials with the
-// request's context (less its cancellation), so these hooks see the dials
-// made for this request's attempts.
-func (rc *routeCtx) dialTrace() *httptrace.ClientTrace {
-	// ConnectDone alone: a pooled connection makes no dial (nothing to
-	// record), and of several dials of one attempt (happy eyeballs) one
-	// that connects marks the attempt as connected.
-	rc.trace.ConnectDone = func(_, _ string, err error) {
-		rc.mu.Lock()
-		cur := rc.cur
-		var ne net.Error
-		switch {
-		case err == nil:
-			rc.gotConn = cur
-		case errors.As(err, &ne) && ne.Timeout():
-			rc.dialTimedOut = cur
-		}
-		rc.mu.Unlock()
-		if err == nil && cur != nil {
-			cur.rep.connected()
-		}
-	}
-	return &rc.trace
-}
-
-// dialTimeout reports whether the attempt in progress failed to connect
-// within the dial timeout.
-func (rc *routeCtx) dialTimeout() bool {
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	return rc.cur != nil && rc.dialTimedOut == rc.cur && rc.gotConn != rc.cur
 }

@@ -19,7 +19,7 @@ import (
 // waiters is the package-level queue of requests waiting for a slot. It
 // lives at package level, like the replica states, so that a slot
 // released by a request admitted under an old config admits a request
-// queued under the new one (handoff.go).
+// queued under the new one (reload.go).
 var waiters = newScheduler()
 
 // scheduler is the queue and its dispatcher.

@@ -199,7 +199,7 @@ type LLMSelection struct {
 	states sync.Map // string -> *replicaState
 	// resolved is the last upstream slice's states, in its order, and
 	// statesGen counts the states dropped from states: a resolution made
-	// before a drop is stale (view.go, statesOf).
+	// before a drop is stale (pick.go, statesOf).
 	resolved  atomic.Pointer[resolvedPool]
 	statesGen atomic.Uint64
 
@@ -211,7 +211,7 @@ type LLMSelection struct {
 	poolMu   sync.Mutex
 	poolLast map[string]struct{}
 
-	// retired is set by Cleanup: a reload replaced this policy (handoff.go).
+	// retired is set by Cleanup: a reload replaced this policy (reload.go).
 	retired atomic.Bool
 }
 
@@ -369,7 +369,7 @@ func (p *LLMSelection) Validate() error {
 	return nil
 }
 
-// Cleanup retires the policy (handoff.go) and drops its references on
+// Cleanup retires the policy (reload.go) and drops its references on
 // replica state after a grace period: a reload's new config takes its own
 // references as it sees traffic, and state (belief, cooldowns) survives
 // when it does so in time. Live requests hold their replica state by

@@ -65,7 +65,7 @@ func (sc *selectScratch) release() {
 // since, whose fresh state would then forget its slow start and in-flight
 // count) nor brings back a replica that left since.
 //
-// Its cost is a lock-free read of each replica (snapshot, live.go), the
+// Its cost is a lock-free read of each replica (snapshot, replicaview.go), the
 // strategy's pick and one lock on the pick (reserve): the replicas' states
 // come from the last pool resolved (statesOf), the tried list is read
 // once, and the view is pooled.
