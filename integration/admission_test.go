@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
-	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/fakereplica"
 )
 
 // holdSlot opens a step-held stream and reads its first chunk, so that it

@@ -17,10 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
-	"github.com/llmroute/caddy-llmroute/internal/caddyproc"
-	"github.com/llmroute/caddy-llmroute/internal/dnsstub"
-	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
-	"github.com/llmroute/caddy-llmroute/internal/netx"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/caddyproc"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/dnsstub"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/fakereplica"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
 )
 
 // The dynamic tests run caddy with a real `dynamic a` or `dynamic srv`

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
-	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
-	"github.com/llmroute/caddy-llmroute/internal/netx"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/fakereplica"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
 )
 
 // closedAddr returns a loopback address nothing listens on.

@@ -29,9 +29,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
-	"github.com/llmroute/caddy-llmroute/internal/caddyproc"
-	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
-	"github.com/llmroute/caddy-llmroute/internal/netx"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/caddyproc"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/fakereplica"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
 	"github.com/llmroute/caddy-llmroute/internal/openai"
 	"github.com/llmroute/caddy-llmroute/internal/sse"
 )

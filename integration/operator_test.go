@@ -23,8 +23,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
-	"github.com/llmroute/caddy-llmroute/internal/netx"
-	"github.com/llmroute/caddy-llmroute/internal/proc"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/proc"
 	"github.com/llmroute/caddy-llmroute/simengine"
 	"github.com/llmroute/caddy-llmroute/simreplica"
 )

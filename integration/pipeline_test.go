@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/fakereplica"
 )
 
 // TestPipelinedPostsOneWrite writes three HTTP/1.1 POSTs in one TCP write

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmroute/caddy-llmroute/internal/soak"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/soak"
 )
 
 // TestSoakShort proves, over 20 s of open-loop traffic at 40 requests/s

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
-	"github.com/llmroute/caddy-llmroute/internal/caddyproc"
-	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/caddyproc"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/fakereplica"
 )
 
 // readEvent reads the next event within timeout, or fails the test: a

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/fakereplica"
 )
 
 // TestNonStreamingSuccess proves that a plain (non-streamed) chat

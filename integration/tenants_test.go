@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
-	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/fakereplica"
 	"github.com/llmroute/caddy-llmroute/internal/openai"
 	"github.com/llmroute/caddy-llmroute/internal/stats"
 )

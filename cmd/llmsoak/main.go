@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/internal/soak"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/soak"
 )
 
 func main() {

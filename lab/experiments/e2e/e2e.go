@@ -27,9 +27,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/internal/caddyproc"
-	"github.com/llmroute/caddy-llmroute/internal/netx"
-	"github.com/llmroute/caddy-llmroute/internal/proc"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/caddyproc"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/proc"
 	"github.com/llmroute/caddy-llmroute/internal/stats"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/sim"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/suite"

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/internal/netx"
-	"github.com/llmroute/caddy-llmroute/internal/proc"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/proc"
 )
 
 // haproxyPolicy is HAProxy in place of caddy: consistent hashing of the

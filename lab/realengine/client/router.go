@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
-	"github.com/llmroute/caddy-llmroute/internal/caddyproc"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/caddyproc"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )

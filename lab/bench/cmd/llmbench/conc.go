@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
-	"github.com/llmroute/caddy-llmroute/internal/procstat"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/procstat"
 	"github.com/llmroute/caddy-llmroute/internal/sse"
 )
 

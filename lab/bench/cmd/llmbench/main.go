@@ -32,8 +32,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/internal/caddyproc"
-	"github.com/llmroute/caddy-llmroute/internal/procstat"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/caddyproc"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/procstat"
 )
 
 var tasksetPath string

@@ -16,8 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/internal/netx"
-	"github.com/llmroute/caddy-llmroute/internal/proc"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/proc"
 	"golang.org/x/sys/unix"
 )
 

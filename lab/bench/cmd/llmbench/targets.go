@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
-	"github.com/llmroute/caddy-llmroute/internal/caddyproc"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/caddyproc"
 )
 
 // target is one thing the load generator talks to.

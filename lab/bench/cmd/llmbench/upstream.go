@@ -22,7 +22,7 @@ import (
 // with bytes.Contains instead of decoding JSON, and answers from
 // precomputed bytes. It runs in a child process of llmbench (the same
 // binary, -role=upstream) so that its CPU and GC are not the load
-// generator's. It is kept apart from internal/fakereplica (in process,
+// generator's. It is kept apart from internal/testrig/fakereplica (in process,
 // fault injection, a receipt per request: the integration tests' and the
 // soak's replica) because the bench measures the proxy's CPU per request
 // on a shared machine, and whatever the upstream spends is noise in that

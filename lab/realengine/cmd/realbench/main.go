@@ -33,8 +33,8 @@ import (
 	"time"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
-	"github.com/llmroute/caddy-llmroute/internal/netx"
-	"github.com/llmroute/caddy-llmroute/internal/proc"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/proc"
 	"github.com/llmroute/caddy-llmroute/lab/realengine/client"
 	"github.com/llmroute/caddy-llmroute/policies"
 )

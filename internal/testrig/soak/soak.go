@@ -25,9 +25,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/internal/caddyproc"
-	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
-	"github.com/llmroute/caddy-llmroute/internal/netx"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/caddyproc"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/fakereplica"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
 	"github.com/llmroute/caddy-llmroute/internal/openai"
 )
 

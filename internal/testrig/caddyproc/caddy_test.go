@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/internal/netx"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
 )
 
 // TestStartCaddyReportsAnEarlyExit starts a "caddy" that fails at once:

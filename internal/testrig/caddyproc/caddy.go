@@ -17,9 +17,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmroute/caddy-llmroute/internal/netx"
-	"github.com/llmroute/caddy-llmroute/internal/proc"
-	"github.com/llmroute/caddy-llmroute/internal/procstat"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/proc"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/procstat"
 )
 
 // startTimeout bounds how long StartCaddy waits for caddy to answer.
