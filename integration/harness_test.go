@@ -29,11 +29,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
+	"github.com/llmroute/caddy-llmroute/internal/openai"
+	"github.com/llmroute/caddy-llmroute/internal/sse"
 	"github.com/llmroute/caddy-llmroute/internal/testrig/caddyproc"
 	"github.com/llmroute/caddy-llmroute/internal/testrig/fakereplica"
 	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
-	"github.com/llmroute/caddy-llmroute/internal/openai"
-	"github.com/llmroute/caddy-llmroute/internal/sse"
 )
 
 // caddyBin is the caddy binary under test: $LLMROUTE_CADDY, or the

@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/llmroute/caddy-llmroute/internal/sse"
 	"github.com/llmroute/caddy-llmroute/internal/testrig/caddyproc"
 	"github.com/llmroute/caddy-llmroute/internal/testrig/fakereplica"
-	"github.com/llmroute/caddy-llmroute/internal/sse"
 	"github.com/llmroute/caddy-llmroute/simengine"
 	"github.com/llmroute/caddy-llmroute/simreplica"
 )

@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
-	"github.com/llmroute/caddy-llmroute/internal/testrig/fakereplica"
 	"github.com/llmroute/caddy-llmroute/internal/openai"
 	"github.com/llmroute/caddy-llmroute/internal/stats"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/fakereplica"
 )
 
 // The tenants' admission against the real binary: fair queueing across

@@ -25,10 +25,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmroute/caddy-llmroute/internal/openai"
 	"github.com/llmroute/caddy-llmroute/internal/testrig/caddyproc"
 	"github.com/llmroute/caddy-llmroute/internal/testrig/fakereplica"
 	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
-	"github.com/llmroute/caddy-llmroute/internal/openai"
 )
 
 // Fault kinds the soak sends, as named in the result.

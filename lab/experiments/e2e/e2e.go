@@ -27,10 +27,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmroute/caddy-llmroute/internal/stats"
 	"github.com/llmroute/caddy-llmroute/internal/testrig/caddyproc"
 	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
 	"github.com/llmroute/caddy-llmroute/internal/testrig/proc"
-	"github.com/llmroute/caddy-llmroute/internal/stats"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/sim"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/suite"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/workload"

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
-	"github.com/llmroute/caddy-llmroute/internal/testrig/procstat"
 	"github.com/llmroute/caddy-llmroute/internal/sse"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/procstat"
 )
 
 // concResult is the concurrency test of one proxy: streams slow SSE
