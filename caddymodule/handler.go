@@ -87,6 +87,11 @@ type LLMRoute struct {
 	// tenant named "default", which may be given settings here too. With
 	// no key at all, every request is the default tenant's.
 	Tenants map[string]*Tenant `json:"tenants,omitempty"`
+	// SharedStore, when set, is the Valkey or Redis store through which
+	// several instances of the gateway behave as one: response and
+	// conversation pins and the tenants' per-minute budgets are shared
+	// (docs/scaling.md). Without it each instance keeps its own.
+	SharedStore *SharedStoreConfig `json:"shared_store,omitempty"`
 
 	keyHashes [][32]byte
 	// keyTenant names each key's tenant (an index into tenants, whose
@@ -97,7 +102,11 @@ type LLMRoute struct {
 	parseCfg  policies.ParseConfig
 	// sessionHdrs is SessionHeaders spelled canonically (Provision).
 	sessionHdrs []string
-	logger      *zap.Logger
+	// shared is the shared_store (sharedstore.go), sharedKey its name in
+	// sharedStores; nil without one.
+	shared    *sharedStore
+	sharedKey string
+	logger    *zap.Logger
 }
 
 // defaultMaxBodyBytes bounds a request body unless max_body_bytes says
@@ -116,6 +125,9 @@ func (LLMRoute) CaddyModule() caddy.ModuleInfo {
 func (h *LLMRoute) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	if err := h.resolveKeys(caddy.NewReplacer()); err != nil {
+		return err
+	}
+	if err := h.provisionShared(caddy.NewReplacer()); err != nil {
 		return err
 	}
 	if err := h.provisionTenants(caddy.NewReplacer(), tenantClock); err != nil {

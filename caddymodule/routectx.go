@@ -70,6 +70,9 @@ type routeCtx struct {
 	// pin is the replica that holds the state a /v1/responses follow-up
 	// continues ("" for none), pinKey the state's key (session.go).
 	pin, pinKey string
+	// shared is llm_route's shared store (nil without one), where a
+	// response's pin is written as its id streams by (sharedpins.go).
+	shared *sharedStore
 	// tk is the request's admission ticket (budgets.go): its tenant, band
 	// and estimate; nil without llm_route's tenants. Set before the
 	// policy runs; its slot is given back by finish.

@@ -59,6 +59,10 @@ func (h *LLMRoute) describe(r *http.Request, rc *routeCtx) {
 	if rc.req != nil {
 		rc.sessionKey = sessionKey(rc.req.Model, rc.session)
 		rc.pin, rc.pinKey = stateHome(rc.req)
+		rc.shared = h.shared
+		if rc.pin == "" && h.shared != nil {
+			rc.pin, rc.pinKey = h.shared.pinOf(rc.req) // sharedpins.go
+		}
 	}
 	providePlaceholders(r, rc)
 }

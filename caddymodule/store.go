@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,6 +56,10 @@ type storeClient struct {
 	lastErr   atomic.Pointer[string]
 	lastOK    atomic.Int64 // unix nanoseconds of the last answer
 }
+
+// errBadAnswer is a store's answer that the gateway's command cannot have
+// had (a store that answers garbage).
+var errBadAnswer = errors.New("shared store: unexpected answer")
 
 // storeKey names a client in storeClients.
 func storeKey(rawURL string, timeout time.Duration) string {
@@ -121,11 +124,13 @@ func newStoreClient(rawURL string, timeout time.Duration, logger *zap.Logger) (*
 	// nothing else, and an older or proxied store answers them all.
 	opt.Protocol, opt.DisableIdentity = 2, true
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = timeout, timeout, timeout, timeout
-	// A call that failed is not retried: past the timeout the caller
-	// decides on its own state.
-	opt.MaxRetries = -1
+	// A call is retried once at once (a pooled connection the store
+	// closed when it restarted), within the same timeout: past it the
+	// caller decides on its own state.
+	opt.MaxRetries, opt.MinRetryBackoff, opt.MaxRetryBackoff = 1, -1, -1
 	opt.ContextTimeoutEnabled = true
 	opt.MaxIdleConns, opt.PoolSize = storeMaxIdle, storePoolSize
+	opt.DialerRetries = 1 // one dial per call: the timeout bounds it anyway
 	tlsConfig := opt.TLSConfig
 	nd := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -144,6 +149,19 @@ func newStoreClient(rawURL string, timeout time.Duration, logger *zap.Logger) (*
 	s.rdb = redis.NewClient(opt)
 	return s, nil
 }
+
+// storeLog is go-redis's logger: the gateway reports a store's failures
+// itself (storeClient.done), once per outage, so the client's own lines
+// are debug.
+type storeLog struct{}
+
+func (storeLog) Printf(_ context.Context, format string, v ...any) {
+	if c := caddy.Log().Named("llmroute.store").Check(zap.DebugLevel, "go-redis"); c != nil {
+		c.Write(zap.String("msg", fmt.Sprintf(format, v...)))
+	}
+}
+
+func init() { redis.SetLogger(storeLog{}) }
 
 // Destruct implements caddy.Destructor: the last user released the client.
 func (s *storeClient) Destruct() error { return s.rdb.Close() }
@@ -178,26 +196,6 @@ func (s *storeClient) done(op string, err error) bool {
 		s.logger.Warn("shared store unavailable; deciding on this instance's state", zap.String("addr", s.addr), zap.Error(err))
 	}
 	return false
-}
-
-// storeUsers lists the stores the running configs use, for
-// /llm_route/state.
-var storeUsers struct {
-	sync.Mutex
-	m map[*storeClient]int
-}
-
-// trackStore adds (n 1) or drops (n -1) a user of s in storeUsers.
-func trackStore(s *storeClient, n int) {
-	storeUsers.Lock()
-	defer storeUsers.Unlock()
-	if storeUsers.m == nil {
-		storeUsers.m = map[*storeClient]int{}
-	}
-	storeUsers.m[s] += n
-	if storeUsers.m[s] <= 0 {
-		delete(storeUsers.m, s)
-	}
 }
 
 // Interface guards

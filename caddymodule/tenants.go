@@ -195,6 +195,7 @@ func (h *LLMRoute) Cleanup() error {
 		releaseTenant(ts.name)
 	}
 	h.tenants = nil
+	h.releaseShared()
 	return nil
 }
 
