@@ -1,0 +1,297 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
+	"github.com/llmroute/caddy-llmroute/internal/netx"
+	"github.com/llmroute/caddy-llmroute/internal/proc"
+)
+
+// The shared store cases: two caddy instances with llm_route's
+// shared_store on one real redis-server (valkey-server or redis-server on
+// PATH; skipped without), in front of the same simulated replicas.
+
+// storeServer is a redis-server on 127.0.0.1 the test can stop and start.
+type storeServer struct {
+	t    *testing.T
+	bin  string
+	port int
+	p    *proc.Proc
+}
+
+func startStore(t *testing.T) *storeServer {
+	t.Helper()
+	for _, b := range []string{"valkey-server", "redis-server"} {
+		if p, err := exec.LookPath(b); err == nil {
+			port, err := netx.FreePort()
+			require.NoError(t, err)
+			s := &storeServer{t: t, bin: p, port: port}
+			s.start()
+			t.Cleanup(s.stop)
+			return s
+		}
+	}
+	t.Skip("no valkey-server or redis-server on PATH (apt-get install redis-server)")
+	return nil
+}
+
+func (s *storeServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+func (s *storeServer) start() {
+	p, err := proc.Start(exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"), "")
+	require.NoError(s.t, err)
+	s.p = p
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.addr(), 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		require.True(s.t, time.Now().Before(deadline), "store did not listen")
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *storeServer) stop() {
+	if s.p != nil {
+		s.p.Stop(2 * time.Second)
+		s.p = nil
+	}
+}
+
+// sharedSite is the site of both instances: four replicas behind
+// prefix_load, a tenant "rl" with a request budget, and the shared store
+// (none when store is "").
+func sharedSite(store string, ups []string, rpm int) string {
+	shared := ""
+	if store != "" {
+		shared = fmt.Sprintf("\t\tshared_store redis://%s {\n\t\t\tkey_prefix it:\n\t\t\ttimeout 100ms\n\t\t}\n", store)
+	}
+	return fmt.Sprintf(`	llm_route {
+		replica_header X-LLMRoute-Replica
+%s		tenant rl {
+			keys sk-rl
+			requests_per_minute %d
+		}
+		tenant free {
+			keys sk-free
+		}
+	}
+	reverse_proxy %s {
+		lb_policy llm prefix_load
+	}`, shared, rpm, strings.Join(ups, " "))
+}
+
+// twoGateways starts the replicas and two instances of one site.
+func twoGateways(t *testing.T, store string, rpm int) (*gateway, *gateway) {
+	var ups []string
+	for i := range 4 {
+		ups = append(ups, startSim(t, fmt.Sprintf("shared-%d", i), "m"))
+	}
+	site := sharedSite(store, ups, rpm)
+	return startGateway(t, site), startGateway(t, site)
+}
+
+// followUps sends n first responses, each through one instance, and its
+// follow-up (an unrelated input: only the id says where to go) through
+// the other; it returns how many follow-ups left the response's replica
+// and how many requests failed.
+func followUps(t *testing.T, a, b *gateway, n int) (misroutes, failed int) {
+	key := map[string]string{"Authorization": "Bearer sk-free"}
+	homes := map[string]int{}
+	defer func() { t.Logf("first responses by replica: %v", homes) }()
+	// Inputs longer than a few blocks, distinct from their start, so that
+	// prefix_load spreads them over the replicas.
+	long := func(what string, i int) string { return strings.Repeat(fmt.Sprintf("%s %d. ", what, i), 200) }
+	for i := range n {
+		first, second := a, b
+		if i%2 == 1 {
+			first, second = b, a
+		}
+		r := first.do(http.MethodPost, "/v1/responses", fmt.Sprintf(`{"model":"m","stream":%v,"input":%q}`, i%4 == 0, long("first turn", i)), key)
+		if r.status != http.StatusOK {
+			failed++
+			continue
+		}
+		id, home := respID(t, r), r.header.Get("X-LLMRoute-Replica")
+		homes[home]++
+		next := second.do(http.MethodPost, "/v1/responses", fmt.Sprintf(`{"model":"m","previous_response_id":%q,"input":%q}`, id, long("unrelated", i*7919)), key)
+		switch {
+		case next.status != http.StatusOK:
+			failed++
+		case next.header.Get("X-LLMRoute-Replica") != home:
+			misroutes++
+		}
+	}
+	return misroutes, failed
+}
+
+// TestSharedStoreFollowUps proves a follow-up sent through the other
+// instance lands on the replica holding its response: 0 misroutes in
+// 100 with the shared store; without it (the control) they do not.
+func TestSharedStoreFollowUps(t *testing.T) {
+	srv := startStore(t)
+	a, b := twoGateways(t, srv.addr(), 1000)
+	misroutes, failed := followUps(t, a, b, 100)
+	t.Logf("shared store: %d misroutes, %d failed of 100", misroutes, failed)
+	assert.Zero(t, failed)
+	assert.Zero(t, misroutes)
+
+	ca, cb := twoGateways(t, "", 1000)
+	misroutes, failed = followUps(t, ca, cb, 20)
+	t.Logf("no shared store: %d misroutes, %d failed of 20", misroutes, failed)
+	assert.Positive(t, misroutes+failed, "the control: instances that share nothing misroute")
+}
+
+// rpmThrough sends n requests of tenant rl, workers at once, alternately
+// through a and b, and counts the answers by status.
+func rpmThrough(t *testing.T, a, b *gateway, n, workers int) map[int]int {
+	var mu sync.Mutex
+	got := map[int]int{}
+	var next atomic.Int32
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				g := a
+				if i%2 == 1 {
+					g = b
+				}
+				r := g.do(http.MethodPost, "/v1/chat/completions", chatFor("m", fmt.Sprintf("budget %d", i)), map[string]string{"Authorization": "Bearer sk-rl"})
+				mu.Lock()
+				got[r.status]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return got
+}
+
+// TestSharedStoreRPM proves requests_per_minute holds across two
+// instances: 40 requests, 8 at a time, alternately through each, against
+// 10 a minute admit 10 (the bucket refills a sixth of a request a second
+// of the test), where instances that share nothing admit 20. With the
+// store stopped, each admits its share (5) on its own: the outage's
+// documented bound, at most one more limit in the minute it began.
+func TestSharedStoreRPM(t *testing.T) {
+	srv := startStore(t)
+	a, b := twoGateways(t, srv.addr(), 10)
+	start := time.Now()
+	got := rpmThrough(t, a, b, 40, 8)
+	refill := int(time.Since(start).Seconds() * 10 / 60)
+	t.Logf("shared store: %v in %v (limit 10, refill %d)", got, time.Since(start), refill)
+	assert.GreaterOrEqual(t, got[http.StatusOK], 10)
+	assert.LessOrEqual(t, got[http.StatusOK], 10+refill)
+	assert.Equal(t, 40, got[http.StatusOK]+got[http.StatusTooManyRequests], "only admitted or refused")
+
+	// The store down: each instance admits its share, 10 / 2, on its own
+	// (once each has seen the other register: a heartbeat).
+	waitInstances(t, 2, a, b)
+	srv.stop()
+	got = rpmThrough(t, a, b, 40, 8)
+	refill = int(time.Since(start).Seconds() * 10 / 60)
+	t.Logf("store down: %v (5 per instance, refill %d)", got, refill)
+	assert.GreaterOrEqual(t, got[http.StatusOK], 10)
+	assert.LessOrEqual(t, got[http.StatusOK], 10+refill)
+	assert.Equal(t, 40, got[http.StatusOK]+got[http.StatusTooManyRequests], "only admitted or refused")
+
+	ca, cb := twoGateways(t, "", 10)
+	got = rpmThrough(t, ca, cb, 40, 8)
+	t.Logf("no shared store: %v", got)
+	assert.Greater(t, got[http.StatusOK], 10+refill, "the control: each instance admits its own 10")
+}
+
+// TestSharedStoreOutage proves the store going away mid-run and coming
+// back fails no request: pins and budgets fall back to each instance's
+// own state within the store's timeout, /llm_route/state says the store
+// is down, and once it is back the instances share again (a follow-up
+// through the other instance finds its replica).
+func TestSharedStoreOutage(t *testing.T) {
+	srv := startStore(t)
+	a, b := twoGateways(t, srv.addr(), 1000)
+	failed, slowest := 0, time.Duration(0)
+	run := func(n int, what string) {
+		for i := range n {
+			g := a
+			if i%2 == 1 {
+				g = b
+			}
+			start := time.Now()
+			r := g.do(http.MethodPost, "/v1/chat/completions", chatFor("m", fmt.Sprintf("%s %d", what, i)), map[string]string{"Authorization": "Bearer sk-rl"})
+			slowest = max(slowest, time.Since(start))
+			if r.status != http.StatusOK {
+				failed++
+			}
+		}
+	}
+	run(20, "before")
+	srv.stop()
+	run(20, "down")
+	st := adminState(t, a)
+	require.Len(t, st.Stores, 1)
+	assert.False(t, st.Stores[0].Up, "the state says the store is down")
+	assert.NotEmpty(t, st.Stores[0].LastError)
+	srv.start()
+	// The store is left alone for a second after a failure; then the
+	// pooled clients reconnect by themselves.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		run(2, "back")
+		if s := adminState(t, a).Stores; len(s) == 1 && s[0].Up && s[0].Instances == 2 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the store did not come back")
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("%d failed; slowest request %v", failed, slowest)
+	assert.Zero(t, failed, "no request fails because of the store")
+	misroutes, failedFollow := followUps(t, a, b, 10)
+	assert.Zero(t, misroutes+failedFollow, "shared again")
+}
+
+// waitInstances waits until every gateway's store has seen n instances.
+func waitInstances(t *testing.T, n int, gs ...*gateway) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, g := range gs {
+		for {
+			if s := adminState(t, g).Stores; len(s) == 1 && s[0].Instances == n {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "instances did not see each other")
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// adminState reads g's /llm_route/state.
+func adminState(t *testing.T, g *gateway) stateapi.State {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := g.caddy.State(ctx)
+	require.NoError(t, err)
+	return st
+}
