@@ -89,8 +89,8 @@ type LLMRoute struct {
 	Tenants map[string]*Tenant `json:"tenants,omitempty"`
 	// SharedStore, when set, is the Valkey or Redis store through which
 	// several instances of the gateway behave as one: response and
-	// conversation pins and the tenants' per-minute budgets are shared
-	// (docs/scaling.md). Without it each instance keeps its own.
+	// conversation pins, the tenants' per-minute budgets and their
+	// max_in_flight are shared (docs/scaling.md). Without it each instance keeps its own.
 	SharedStore *SharedStoreConfig `json:"shared_store,omitempty"`
 
 	keyHashes [][32]byte
@@ -236,6 +236,11 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 		// mid-stream) and after a client disconnect: release once.
 		h.finish(r, ww, rc, returned)
 	}()
+	if apiErr, ok := h.leaseTenant(r, rc); !ok { // sharedleases.go
+		returned = true
+		writeAPIError(ww, apiErr)
+		return nil
+	}
 	err := next.ServeHTTP(ww, r)
 	returned = true
 	if err == nil && !ww.wroteHeader && !rc.attempted() {
@@ -306,6 +311,7 @@ func (h *LLMRoute) finish(r *http.Request, ww *routeWriter, rc *routeCtx, return
 	}
 	rc.finish(o)
 	h.settleTenant(rc, ww, a != nil) // budgets.go
+	h.releaseLease(rc)               // sharedleases.go
 	countRequest(strategy, addr, label)
 	h.observe(r, ww, rc, label, strategy, addr) // operator.go
 }

@@ -20,8 +20,8 @@ import (
 
 // llm_route's shared_store: the state several gateway instances must agree
 // on lives in one Valkey or Redis store (docs/scaling.md): response and
-// conversation pins (sharedpins.go) and the tenants' per-minute budgets
-// (sharedbudgets.go). Each instance registers itself under the key prefix
+// conversation pins (sharedpins.go), the tenants' per-minute budgets
+// (sharedbudgets.go) and their max_in_flight (sharedleases.go). Each instance registers itself under the key prefix
 // with a heartbeat, so that every instance knows how many share the
 // store: while the store does not answer, each enforces its share of a
 // budget (limit / instances) on its own.
@@ -75,8 +75,10 @@ type sharedStore struct {
 	id string
 	// instances is how many instances the last heartbeat saw (at least 1).
 	instances atomic.Int64
-	stop      chan struct{}
-	done      chan struct{}
+	// leases are the tenants' max_in_flight leases held (sharedleases.go).
+	leases leases
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 // provisionShared resolves the shared_store's placeholders and takes a
@@ -112,11 +114,13 @@ func (h *LLMRoute) provisionShared(repl *caddy.Replacer) error {
 	return nil
 }
 
-// releaseShared drops the handler's reference (Cleanup).
+// releaseShared drops the handler's reference (Cleanup). h.shared stays
+// set: requests of this config may still be running, and a store whose
+// last user left answers them with errors, which they survive.
 func (h *LLMRoute) releaseShared() {
-	if h.shared != nil {
+	if h.sharedKey != "" {
 		_, _ = sharedStores.Delete(h.sharedKey)
-		h.shared = nil
+		h.sharedKey = ""
 	}
 }
 
@@ -145,14 +149,15 @@ func (s *sharedStore) Destruct() error {
 	return nil
 }
 
-// heartbeat registers this instance every heartbeatEvery and learns how
-// many are registered.
+// heartbeat registers this instance every heartbeatEvery, learns how
+// many are registered and renews the leases it holds.
 func (s *sharedStore) heartbeat() {
 	defer close(s.done)
 	t := time.NewTicker(heartbeatEvery)
 	defer t.Stop()
 	for {
 		s.beat()
+		s.refreshLeases()
 		select {
 		case <-s.stop:
 			s.leave()

@@ -3,6 +3,8 @@ package caddymodule
 import (
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -317,4 +319,86 @@ func TestSharedStoreCaddyfile(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.want, tt.in)
 		}
 	}
+}
+
+// TestSharedLeases proves a tenant's max_in_flight holds across
+// instances: 3 leases through two handlers, a fourth waits and gets the
+// first one given back, or 429 queue_timeout past the wait; a crashed
+// instance's leases come back within leaseTTL; with the store down each
+// instance takes its share (3 / 2 instances: 1).
+func TestSharedLeases(t *testing.T) {
+	srv := startRedis(t)
+	ttl0, wait0 := leaseTTL, leaseWait
+	leaseTTL, leaseWait = 600*time.Millisecond, 300*time.Millisecond
+	t.Cleanup(func() { leaseTTL, leaseWait = ttl0, wait0 })
+	th := provisionedTenants(t, &LLMRoute{Tenants: map[string]*Tenant{"lz": {Keys: []string{"sk-lz"}, MaxInFlight: 3}}}, tenantClock)
+	ts := th.tenants[1]
+	hs := []*LLMRoute{{shared: openTestStore(t, srv.url(), "lz:", "a", time.Second)}, {shared: openTestStore(t, srv.url(), "lz:", "b", time.Second)}}
+	req := func() (*routeCtx, *http.Request) {
+		return &routeCtx{tk: &ticket{ts: ts, flow: ts.name}}, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	}
+	var held []*routeCtx
+	for i := range 3 {
+		rc, r := req()
+		_, ok := hs[i%2].leaseTenant(r, rc)
+		require.True(t, ok, "lease %d", i)
+		held = append(held, rc)
+	}
+	rc, r := req()
+	start := time.Now()
+	apiErr, ok := hs[1].leaseTenant(r, rc)
+	assert.False(t, ok, "a fourth is over the cap")
+	assert.Equal(t, http.StatusTooManyRequests, apiErr.status)
+	assert.Equal(t, "queue_timeout", apiErr.code)
+	assert.GreaterOrEqual(t, time.Since(start), leaseWait)
+
+	got := make(chan bool, 1)
+	go func() {
+		rc, r := req()
+		_, ok := hs[1].leaseTenant(r, rc)
+		got <- ok
+		hs[1].releaseLease(rc)
+	}()
+	hs[0].releaseLease(held[0])
+	assert.True(t, <-got, "the fourth gets the lease given back")
+	hs[1].releaseLease(held[1])
+	hs[0].releaseLease(held[2])
+
+	// Instance c takes all three and dies without releasing them.
+	c, err := openSharedStore(srv.url(), time.Second, "lz:", "c", nil)
+	require.NoError(t, err)
+	hc := &LLMRoute{shared: c}
+	for range 3 {
+		rc, r := req()
+		_, ok := hc.leaseTenant(r, rc)
+		require.True(t, ok)
+	}
+	require.NoError(t, c.Destruct()) // no more refreshes
+	start = time.Now()
+	leaseWait = 5 * time.Second
+	rc, r = req()
+	_, ok = hs[0].leaseTenant(r, rc)
+	returned := time.Since(start)
+	assert.True(t, ok, "the dead instance's slots came back")
+	assert.Less(t, returned, leaseTTL+500*time.Millisecond, "within the lease's TTL")
+	hs[0].releaseLease(rc)
+
+	// The store down: 3 / 2 instances is 1 slot here.
+	hs[0].shared.beat()
+	hs[1].shared.beat()
+	require.Equal(t, 2.0, hs[0].shared.share())
+	srv.stop()
+	leaseWait = 200 * time.Millisecond
+	rc1, r1 := req()
+	_, ok = hs[0].leaseTenant(r1, rc1)
+	assert.True(t, ok)
+	assert.Empty(t, rc1.lease.id, "taken locally")
+	rc2, r2 := req()
+	_, ok = hs[0].leaseTenant(r2, rc2)
+	assert.False(t, ok, "past this instance's share")
+	hs[0].releaseLease(rc1)
+	rc3, r3 := req()
+	_, ok = hs[0].leaseTenant(r3, rc3)
+	assert.True(t, ok, "the share given back")
+	hs[0].releaseLease(rc3)
 }

@@ -47,7 +47,9 @@ type Tenant struct {
 
 	// MaxInFlight caps the tenant's requests in flight across the whole
 	// pool, on this router instance; more wait in the queue while the
-	// other tenants are admitted past them. 0 (the default) means no cap.
+	// other tenants are admitted past them. With llm_route's shared_store
+	// the cap holds across the instances too (a lease per request). 0
+	// (the default) means no cap.
 	MaxInFlight int `json:"max_in_flight,omitempty"`
 
 	// RequestsPerMinute is the tenant's request budget on this router
