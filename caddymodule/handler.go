@@ -89,8 +89,8 @@ type LLMRoute struct {
 	Tenants map[string]*Tenant `json:"tenants,omitempty"`
 	// SharedStore, when set, is the Valkey or Redis store through which
 	// several instances of the gateway behave as one: response and
-	// conversation pins, the tenants' per-minute budgets and their
-	// max_in_flight are shared (docs/scaling.md). Without it each instance keeps its own.
+	// conversation pins, session homes, the tenants' per-minute budgets
+	// and their max_in_flight are shared (docs/scaling.md). Without it each instance keeps its own.
 	SharedStore *SharedStoreConfig `json:"shared_store,omitempty"`
 
 	keyHashes [][32]byte

@@ -20,8 +20,9 @@ import (
 
 // llm_route's shared_store: the state several gateway instances must agree
 // on lives in one Valkey or Redis store (docs/scaling.md): response and
-// conversation pins (sharedpins.go), the tenants' per-minute budgets
-// (sharedbudgets.go) and their max_in_flight (sharedleases.go). Each instance registers itself under the key prefix
+// conversation pins (sharedpins.go), session homes (sharedsessions.go),
+// the tenants' per-minute budgets (sharedbudgets.go) and their
+// max_in_flight (sharedleases.go). Each instance registers itself under the key prefix
 // with a heartbeat, so that every instance knows how many share the
 // store: while the store does not answer, each enforces its share of a
 // budget (limit / instances) on its own.
@@ -77,8 +78,10 @@ type sharedStore struct {
 	instances atomic.Int64
 	// leases are the tenants' max_in_flight leases held (sharedleases.go).
 	leases leases
-	stop   chan struct{}
-	done   chan struct{}
+	// sessionWrites holds a token per session write out (sharedsessions.go).
+	sessionWrites chan struct{}
+	stop          chan struct{}
+	done          chan struct{}
 }
 
 // provisionShared resolves the shared_store's placeholders and takes a
@@ -132,7 +135,7 @@ func openSharedStore(rawURL string, timeout time.Duration, prefix, id string, lo
 		return nil, err
 	}
 	s := &sharedStore{c: c, clientKey: storeKey(rawURL, timeout), prefix: prefix, id: id,
-		stop: make(chan struct{}), done: make(chan struct{})}
+		sessionWrites: make(chan struct{}, maxSessionWrites), stop: make(chan struct{}), done: make(chan struct{})}
 	s.instances.Store(1)
 	trackStore(s, 1)
 	go s.heartbeat()

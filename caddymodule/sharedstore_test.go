@@ -402,3 +402,39 @@ func TestSharedLeases(t *testing.T) {
 	assert.True(t, ok, "the share given back")
 	hs[0].releaseLease(rc3)
 }
+
+// TestSharedSessions proves a session home bound by one instance is read
+// by another before it routes the session (overriding its own entry),
+// and that a full set of writes out drops the next one.
+func TestSharedSessions(t *testing.T) {
+	srv := startRedis(t)
+	a := openTestStore(t, srv.url(), "ss:", "a", time.Second)
+	b := openTestStore(t, srv.url(), "ss:", "b", time.Second)
+	found := 0
+	for i := range 20 {
+		key := sessionKey("m", fmt.Sprintf("shared-session-%d", i))
+		addr := fmt.Sprintf("10.0.1.%d:8000", i%3+1)
+		sessionHomes.Add(key, "10.9.9.9:1") // b's own, stale entry
+		a.shareSession(key, addr)
+		deadline := time.Now().Add(5 * time.Second)
+		for len(a.sessionWrites) > 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		b.sessionHome(key)
+		if got, _ := sessionHomes.Get(key); got == addr {
+			found++
+		}
+		sessionHomes.Remove(key)
+	}
+	assert.Equal(t, 20, found)
+
+	drops0 := testutil.ToFloat64(metricStoreFallbacks.WithLabelValues("sessions"))
+	for range maxSessionWrites {
+		a.sessionWrites <- struct{}{}
+	}
+	a.shareSession(1, "10.0.1.1:8000")
+	assert.Equal(t, 1.0, testutil.ToFloat64(metricStoreFallbacks.WithLabelValues("sessions"))-drops0, "dropped")
+	for range maxSessionWrites {
+		<-a.sessionWrites
+	}
+}

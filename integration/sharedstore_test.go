@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
+	"github.com/llmroute/caddy-llmroute/internal/fakereplica"
 	"github.com/llmroute/caddy-llmroute/internal/netx"
 	"github.com/llmroute/caddy-llmroute/internal/proc"
 )
@@ -71,6 +73,25 @@ func (s *storeServer) stop() {
 	if s.p != nil {
 		s.p.Stop(2 * time.Second)
 		s.p = nil
+	}
+}
+
+// waitValue waits until a key matching pattern holds value.
+func (s *storeServer) waitValue(t *testing.T, pattern, value string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr()})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		keys, _ := rdb.Keys(ctx, pattern).Result()
+		for _, k := range keys {
+			if v, _ := rdb.Get(ctx, k).Result(); v == value {
+				return
+			}
+		}
+		require.NoError(t, ctx.Err(), "no %s holds %s", pattern, value)
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -335,4 +356,66 @@ func TestSharedStoreTenantInFlight(t *testing.T) {
 	t.Logf("12 streams of a tenant capped at 3 through 2 instances: %d served, at most %d at once", okCount.Load(), peak)
 	assert.Equal(t, int32(12), okCount.Load(), "every request served")
 	assert.Equal(t, 3, peak, "the cap, across both instances")
+}
+
+// TestSharedStoreSessionMoves proves a session moved through one
+// instance (its home full there) is followed through the other: with
+// the shared store the other instance sends it where it moved; without
+// (the control) to its old home.
+func TestSharedStoreSessionMoves(t *testing.T) {
+	srv := startStore(t)
+	for _, shared := range []bool{true, false} {
+		t.Run(fmt.Sprintf("shared_%v", shared), func(t *testing.T) {
+			cfg := baseConfig()
+			cfg.Strategy, cfg.MaxInFlight = "prefix_load", 2
+			if shared {
+				cfg.Tenants = []string{fmt.Sprintf("shared_store redis://%s {\n\tkey_prefix sess:\n}", srv.addr())}
+			}
+			e := newEnv(t, 2, nil, cfg)
+			eb := &env{t: t, tracker: e.tracker, results: map[string]*result{}}
+			eb.start(e.cfg)
+			t.Cleanup(eb.afterCase)
+			session := "moving-session-" + newID(t)
+			sess := func(g *env, prompt string, extra map[string]string) *result {
+				hdr := map[string]string{"X-Session-Id": session}
+				for k, v := range extra {
+					hdr[k] = v
+				}
+				return g.do(newID(t), chatBody(false, false, prompt), hdr)
+			}
+			first := sess(e, "the first turn", nil)
+			require.Equal(t, http.StatusOK, first.Status)
+			home := first.Header.Get(replicaHdr)
+			// Fill home on instance A with two slow turns: A moves the session.
+			slow := map[string]string{fakereplica.HeaderFault: fakereplica.FaultSlow, fakereplica.HeaderDelay: "100ms", fakereplica.HeaderChunks: "10"}
+			var wg sync.WaitGroup
+			for i := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					assert.Equal(t, http.StatusOK, sess(e, fmt.Sprintf("slow turn %d", i), slow).Status)
+				}()
+			}
+			e.waitState(5*time.Second, "home at its cap on A", func(st stateapi.State) bool {
+				r, _ := st.Replica(home)
+				return r.InFlight >= 2
+			})
+			moved := sess(e, "while home is full", nil)
+			require.Equal(t, http.StatusOK, moved.Status)
+			to := moved.Header.Get(replicaHdr)
+			require.NotEqual(t, home, to, "A moved the session")
+			if shared {
+				// The move's write is off the request's path: wait for it.
+				srv.waitValue(t, "sess:session:*", to)
+			}
+			follow := sess(eb, "through the other instance", nil)
+			require.Equal(t, http.StatusOK, follow.Status)
+			if shared {
+				assert.Equal(t, to, follow.Header.Get(replicaHdr), "B follows the move")
+			} else {
+				assert.Equal(t, home, follow.Header.Get(replicaHdr), "the control: B sends it to the old home")
+			}
+			wg.Wait()
+		})
+	}
 }
