@@ -438,3 +438,53 @@ func TestSharedSessions(t *testing.T) {
 		<-a.sessionWrites
 	}
 }
+
+// TestSharedTokenBudget proves tokens_per_minute is one budget across
+// instances, settled from usage: 1000 tokens a minute, requests of 200
+// estimated tokens that use 250, alternately through two handlers: 4
+// admitted (200 + 3 x 250 + the fifth's 200 would pass 1000: the
+// settled usage counts), the fifth refused for tokens.
+func TestSharedTokenBudget(t *testing.T) {
+	srv := startRedis(t)
+	th := provisionedTenants(t, &LLMRoute{Tenants: map[string]*Tenant{"tpm": {Keys: []string{"sk-tpm"}, TokensPerMinute: 1000}}}, tenantClock)
+	ts := th.tenants[1]
+	hs := []*LLMRoute{{shared: openTestStore(t, srv.url(), "tpm:", "a", time.Second)}, {shared: openTestStore(t, srv.url(), "tpm:", "b", time.Second)}}
+	admitted, why := 0, ""
+	for i := range 10 {
+		tk, w, _ := hs[i%2].reserveTenant(ts, ts.limits(), 800, true)
+		if tk == nil {
+			why = w
+			break
+		}
+		require.True(t, tk.shared)
+		tk.tokens = 200 // the estimate, whatever the tenant learnt
+		hs[i%2].settleShared(tk, true, 250)
+		admitted++
+	}
+	assert.Equal(t, 4, admitted)
+	assert.Equal(t, reasonTPM, why)
+}
+
+// TestSharedStoreReloads proves a reload opens no connections: a new
+// handler of the same store shares the old one's client and
+// registration, which the last Cleanup closes.
+func TestSharedStoreReloads(t *testing.T) {
+	srv := startRedis(t)
+	cfg := &SharedStoreConfig{URL: srv.url(), KeyPrefix: "rl:"}
+	old := &LLMRoute{SharedStore: cfg}
+	require.NoError(t, old.provisionShared(caddy.NewReplacer()))
+	first := old.shared
+	for range 10 {
+		next := &LLMRoute{SharedStore: cfg}
+		require.NoError(t, next.provisionShared(caddy.NewReplacer()))
+		assert.Same(t, first, next.shared, "the reload shares the store")
+		old.releaseShared()
+		old = next
+	}
+	ctx, cancel := first.c.ctx()
+	defer cancel()
+	require.NoError(t, first.c.rdb.Ping(ctx).Err(), "still open")
+	assert.LessOrEqual(t, int(first.c.rdb.PoolStats().TotalConns), 2, "no connection per reload")
+	old.releaseShared()
+	assert.Error(t, first.c.rdb.Ping(ctx).Err(), "the last release closed it")
+}

@@ -147,3 +147,29 @@ func TestGuardedConnFraming(t *testing.T) {
 		assert.ErrorIs(t, g.follow([]byte(bad)), errReplyTooLarge, "%.20q", bad)
 	}
 }
+
+// FuzzGuardedConnFraming checks the guard's framing does not depend on
+// how the reads split the bytes: fed at once or a byte at a time, the
+// same input ends in the same state and the same verdict.
+func FuzzGuardedConnFraming(f *testing.F) {
+	for _, s := range []string{"+OK\r\n", "$5\r\nhello\r\n*2\r\n:1\r\n$-1\r\n", "%1\r\n+k\r\n=7\r\ntxt:abc\r\n", "$99999999999\r\n", "+" + strings.Repeat("a", 100)} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		whole := &guardedConn{window: maxReplyWindow}
+		errWhole := whole.follow(b)
+		bytewise := &guardedConn{window: maxReplyWindow}
+		var errBytes error
+		for i := range b {
+			if errBytes = bytewise.follow(b[i : i+1]); errBytes != nil {
+				break
+			}
+		}
+		if (errWhole == nil) != (errBytes == nil) {
+			t.Fatalf("verdicts differ: %v vs %v", errWhole, errBytes)
+		}
+		if errWhole == nil && (whole.payload != bytewise.payload || whole.inLine != bytewise.inLine || whole.num != bytewise.num) {
+			t.Fatalf("states differ: %+v vs %+v", whole, bytewise)
+		}
+	})
+}
