@@ -488,3 +488,46 @@ func TestSharedStoreReloads(t *testing.T) {
 	old.releaseShared()
 	assert.Error(t, first.c.rdb.Ping(ctx).Err(), "the last release closed it")
 }
+
+// TestSharedStoreSlow: a store that takes connections and never answers
+// costs the first request the timeout and the next ones nothing for a
+// second (left alone): every decision is this instance's own.
+func TestSharedStoreSlow(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { // read everything, answer nothing
+				defer c.Close()
+				buf := make([]byte, 4096)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	const timeout = 150 * time.Millisecond
+	s := openTestStore(t, "redis://"+ln.Addr().String(), "slow:", "a", timeout)
+	h := provisionedTenants(t, &LLMRoute{Tenants: map[string]*Tenant{"slow": {Keys: []string{"sk-slow"}, RequestsPerMinute: 100}}}, tenantClock)
+	h.shared = s
+	ts := h.tenants[1]
+	var slowest time.Duration
+	start := time.Now()
+	for range 10 {
+		t0 := time.Now()
+		tk, why, _ := h.reserveTenant(ts, ts.limits(), 0, false)
+		slowest = max(slowest, time.Since(t0))
+		require.NotNil(t, tk, why)
+		assert.False(t, tk.shared)
+		ts.settle(tk, true, 0, false)
+	}
+	assert.Less(t, slowest, 3*timeout, "bounded by the timeout")
+	assert.Less(t, time.Since(start), 4*timeout, "one timeout, not ten")
+}
