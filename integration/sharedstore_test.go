@@ -125,7 +125,9 @@ func twoGateways(t *testing.T, store string, rpm int) (*gateway, *gateway) {
 		ups = append(ups, startSim(t, fmt.Sprintf("shared-%d", i), "m"))
 	}
 	site := sharedSite(store, ups, rpm)
-	return startGateway(t, site), startGateway(t, site)
+	a, b := startGateway(t, site), startGateway(t, site)
+	a.site, b.site = site, site
+	return a, b
 }
 
 // followUps sends n first responses, each through one instance, and its
@@ -179,9 +181,19 @@ func TestSharedStoreFollowUps(t *testing.T) {
 	assert.Positive(t, misroutes+failed, "the control: instances that share nothing misroute")
 }
 
-// rpmThrough sends n requests of tenant rl, workers at once, alternately
-// through a and b, and counts the answers by status.
-func rpmThrough(t *testing.T, a, b *gateway, n, workers int) map[int]int {
+// gateways starts the replicas and n instances of one site.
+func gateways(t *testing.T, store string, rpm, n int) []*gateway {
+	a, b := twoGateways(t, store, rpm)
+	gs := []*gateway{a, b}
+	for len(gs) < n {
+		gs = append(gs, startGateway(t, a.site))
+	}
+	return gs
+}
+
+// rpmThrough sends n requests of tenant rl, workers at once, through the
+// gateways in turn, and counts the answers by status.
+func rpmThrough(t *testing.T, gs []*gateway, n, workers int) map[int]int {
 	var mu sync.Mutex
 	got := map[int]int{}
 	var next atomic.Int32
@@ -195,11 +207,7 @@ func rpmThrough(t *testing.T, a, b *gateway, n, workers int) map[int]int {
 				if i >= n {
 					return
 				}
-				g := a
-				if i%2 == 1 {
-					g = b
-				}
-				r := g.do(http.MethodPost, "/v1/chat/completions", chatFor("m", fmt.Sprintf("budget %d", i)), map[string]string{"Authorization": "Bearer sk-rl"})
+				r := gs[i%len(gs)].do(http.MethodPost, "/v1/chat/completions", chatFor("m", fmt.Sprintf("budget %d", i)), map[string]string{"Authorization": "Bearer sk-rl"})
 				mu.Lock()
 				got[r.status]++
 				mu.Unlock()
@@ -210,38 +218,42 @@ func rpmThrough(t *testing.T, a, b *gateway, n, workers int) map[int]int {
 	return got
 }
 
-// TestSharedStoreRPM proves requests_per_minute holds across two
-// instances: 40 requests, 8 at a time, alternately through each, against
-// 10 a minute admit 10 (the bucket refills a sixth of a request a second
-// of the test), where instances that share nothing admit 20. With the
-// store stopped, each admits its share (5) on its own: the outage's
-// documented bound, at most one more limit in the minute it began.
+// TestSharedStoreRPM proves requests_per_minute holds across 2 and 4
+// instances: 60 requests, 8 at a time, through each in turn, against 12
+// a minute admit 12 (plus what the bucket refills during the test, a
+// fifth of a request a second), where instances that share nothing
+// admit 12 each. With the store stopped, each admits its share (12 / N)
+// on its own: the outage's documented bound, at most one more limit in
+// the minute it began.
 func TestSharedStoreRPM(t *testing.T) {
-	srv := startStore(t)
-	a, b := twoGateways(t, srv.addr(), 10)
-	start := time.Now()
-	got := rpmThrough(t, a, b, 40, 8)
-	refill := int(time.Since(start).Seconds() * 10 / 60)
-	t.Logf("shared store: %v in %v (limit 10, refill %d)", got, time.Since(start), refill)
-	assert.GreaterOrEqual(t, got[http.StatusOK], 10)
-	assert.LessOrEqual(t, got[http.StatusOK], 10+refill)
-	assert.Equal(t, 40, got[http.StatusOK]+got[http.StatusTooManyRequests], "only admitted or refused")
+	const limit, n = 12, 60
+	for _, instances := range []int{2, 4} {
+		t.Run(fmt.Sprintf("instances_%d", instances), func(t *testing.T) {
+			srv := startStore(t)
+			gs := gateways(t, srv.addr(), limit, instances)
+			start := time.Now()
+			refill := func() int { return int(time.Since(start).Seconds() * limit / 60) }
+			got := rpmThrough(t, gs, n, 8)
+			t.Logf("%d instances, shared store: %v in %v (limit %d, refill %d)", instances, got, time.Since(start), limit, refill())
+			assert.GreaterOrEqual(t, got[http.StatusOK], limit)
+			assert.LessOrEqual(t, got[http.StatusOK], limit+refill())
+			assert.Equal(t, n, got[http.StatusOK]+got[http.StatusTooManyRequests], "only admitted or refused")
 
-	// The store down: each instance admits its share, 10 / 2, on its own
-	// (once each has seen the other register: a heartbeat).
-	waitInstances(t, 2, a, b)
-	srv.stop()
-	got = rpmThrough(t, a, b, 40, 8)
-	refill = int(time.Since(start).Seconds() * 10 / 60)
-	t.Logf("store down: %v (5 per instance, refill %d)", got, refill)
-	assert.GreaterOrEqual(t, got[http.StatusOK], 10)
-	assert.LessOrEqual(t, got[http.StatusOK], 10+refill)
-	assert.Equal(t, 40, got[http.StatusOK]+got[http.StatusTooManyRequests], "only admitted or refused")
+			// The store down: each instance admits limit / N on its own
+			// (once each has seen the others register: a heartbeat).
+			waitInstances(t, instances, gs...)
+			srv.stop()
+			got = rpmThrough(t, gs, n, 8)
+			t.Logf("%d instances, store down: %v (%d per instance, refill %d)", instances, got, limit/instances, refill())
+			assert.GreaterOrEqual(t, got[http.StatusOK], limit)
+			assert.LessOrEqual(t, got[http.StatusOK], limit+refill())
+			assert.Equal(t, n, got[http.StatusOK]+got[http.StatusTooManyRequests], "only admitted or refused")
 
-	ca, cb := twoGateways(t, "", 10)
-	got = rpmThrough(t, ca, cb, 40, 8)
-	t.Logf("no shared store: %v", got)
-	assert.Greater(t, got[http.StatusOK], 10+refill, "the control: each instance admits its own 10")
+			got = rpmThrough(t, gateways(t, "", limit, instances), n, 8)
+			t.Logf("%d instances, no shared store: %v", instances, got)
+			assert.Equal(t, limit*instances, got[http.StatusOK], "the control: each instance admits its own limit")
+		})
+	}
 }
 
 // TestSharedStoreOutage proves the store going away mid-run and coming
