@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -430,4 +431,49 @@ func TestSharedStoreSessionMoves(t *testing.T) {
 			wg.Wait()
 		})
 	}
+}
+
+// TestSharedStoreCrashedInstanceLeases proves an instance killed while
+// it holds a tenant's leases gives them back within the lease TTL: B
+// holds both of a tenant's max_in_flight 2 in two long streams and is
+// killed (SIGKILL: no cleanup); A's request of the tenant waits while
+// the dead instance's leases live, then is served, within 10 s (the
+// TTL) plus a poll.
+func TestSharedStoreCrashedInstanceLeases(t *testing.T) {
+	srv := startStore(t)
+	cfg := baseConfig()
+	cfg.MaxInFlight, cfg.QueueSize = 16, 64
+	cfg.Tenants = []string{
+		fmt.Sprintf("shared_store redis://%s {\n\tkey_prefix crash:\n}", srv.addr()),
+		"tenant lz {\n\tkeys sk-lz\n\tmax_in_flight 2\n}",
+	}
+	e := newEnv(t, 1, nil, cfg)
+	eb := &env{t: t, tracker: e.tracker, results: map[string]*result{}}
+	eb.start(e.cfg)
+	long := map[string]string{"Authorization": "Bearer sk-lz", fakereplica.HeaderFault: fakereplica.FaultSlow,
+		fakereplica.HeaderDelay: "1s", fakereplica.HeaderChunks: "30"}
+	var streams []*stream
+	for i := range 2 {
+		s := eb.open(newID(t), chatBody(true, false, fmt.Sprintf("held by B %d", i)), long)
+		require.Equal(t, http.StatusOK, s.res.Status)
+		streams = append(streams, s)
+	}
+	defer func() {
+		for _, s := range streams {
+			s.abandon()
+		}
+	}()
+	rep := e.rep(0).Addr()
+	for deadline := time.Now().Add(5 * time.Second); e.tracker.Concurrent(rep) < 2; {
+		require.True(t, time.Now().Before(deadline), "B's streams run")
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.NoError(t, syscall.Kill(eb.caddy.Pid(), syscall.SIGKILL))
+	killed := time.Now()
+	res := e.do(newID(t), chatBody(false, false, "after the crash"), map[string]string{"Authorization": "Bearer sk-lz"})
+	took := time.Since(killed)
+	t.Logf("served %v after the instance holding the leases was killed", took)
+	assert.Equal(t, http.StatusOK, res.Status)
+	assert.Greater(t, took, 5*time.Second, "it waited while the dead instance's leases lived")
+	assert.Less(t, took, 12*time.Second, "they came back within the lease TTL")
 }
