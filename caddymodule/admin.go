@@ -47,7 +47,7 @@ func serveState(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodGet {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Message: "method not allowed"}
 	}
-	st := stateapi.State{Policies: snapshotPolicies(), Replicas: snapshotReplicas(), Queued: waiters.len(), Tenants: snapshotTenants()}
+	st := stateapi.State{Policies: snapshotPolicies(), Replicas: snapshotReplicas(), Queued: waiters.len(), Tenants: snapshotTenants(), Stores: snapshotStores()}
 	for _, s := range st.Replicas {
 		st.TotalInFlight += s.InFlight
 	}

@@ -49,6 +49,13 @@ type ticket struct {
 	// request without a body, which uses no tokens).
 	tokens float64
 
+	// shared says the budgets were reserved in the shared store
+	// (sharedbudgets.go), which settles them; scale is what each unit
+	// reserved in the local budgets counts for (the instances sharing
+	// the store while it does not answer; 0 means 1).
+	shared bool
+	scale  float64
+
 	// Guarded by waiters.mu: holds says the request holds a slot of its
 	// tenant's max_in_flight (tentative: taken for an attempt not yet
 	// known to succeed); charged that its cost went to the virtual time.
@@ -85,7 +92,7 @@ func (h *LLMRoute) admitTenant(r *http.Request, rc *routeCtx, ts *tenantState) (
 	if hasBody {
 		promptBytes = rc.req.PromptBytes
 	}
-	tk, why, wait := ts.reserve(promptBytes, hasBody)
+	tk, why, wait := h.reserveTenant(ts, lim, promptBytes, hasBody) // sharedbudgets.go
 	if tk == nil {
 		metricRejected.WithLabelValues(why).Inc()
 		metricTenantRejected.WithLabelValues(ts.name, why).Inc()
@@ -120,6 +127,11 @@ func nameRequest(r *http.Request, rc *routeCtx, tenant string, band admission.Pr
 // budgets. It returns the ticket, or the budget that is spent and how long
 // until the request would fit.
 func (ts *tenantState) reserve(promptBytes int, hasBody bool) (*ticket, string, time.Duration) {
+	return ts.reserveScaled(promptBytes, hasBody, 1)
+}
+
+// reserveScaled is reserve with every unit counting scale times.
+func (ts *tenantState) reserveScaled(promptBytes int, hasBody bool, scale float64) (*ticket, string, time.Duration) {
 	now := ts.clk.Now()
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -129,11 +141,12 @@ func (ts *tenantState) reserve(promptBytes int, hasBody bool) (*ticket, string, 
 		tk.cost = ts.est.Tokens(promptBytes)
 		tk.tokens = tk.cost
 	}
-	if ok, wait := ts.rpm.Reserve(1, now); !ok {
+	tk.scale = scale
+	if ok, wait := ts.rpm.Reserve(scale, now); !ok {
 		return nil, reasonRPM, wait
 	}
-	if ok, wait := ts.tpm.Reserve(tk.tokens, now); !ok {
-		ts.rpm.Settle(1, 0, now)
+	if ok, wait := ts.tpm.Reserve(tk.tokens*scale, now); !ok {
+		ts.rpm.Settle(scale, 0, now)
 		return nil, reasonTPM, wait
 	}
 	ts.admitted++
@@ -152,8 +165,11 @@ func (ts *tenantState) settle(tk *ticket, sent bool, used float64, exact bool) {
 	if sent {
 		n = 1
 	}
-	ts.rpm.Settle(1, n, now)
-	ts.tpm.Settle(tk.tokens, used, now)
+	if !tk.shared {
+		scale := max(tk.scale, 1)
+		ts.rpm.Settle(scale, n*scale, now)
+		ts.tpm.Settle(tk.tokens*scale, used*scale, now)
+	}
 	if exact {
 		ts.est.Observe(tk.promptBytes, used)
 	}
@@ -169,6 +185,9 @@ func (h *LLMRoute) settleTenant(rc *routeCtx, ww *routeWriter, sent bool) {
 	}
 	used, exact := tokensUsed(tk, ww)
 	tk.ts.settle(tk, sent, used, exact)
+	if tk.shared {
+		h.settleShared(tk, sent, used) // sharedbudgets.go
+	}
 	waiters.settle(tk, used)
 	if used > 0 {
 		tk.ts.tokens.get(metricTenantTokens, tk.flow).Add(used) // flow is ts's name

@@ -84,6 +84,8 @@ func (h *LLMRoute) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			err = argsList(d, &h.AllowPaths)
 		case "session_headers":
 			err = argsList(d, &h.SessionHeaders)
+		case "shared_store":
+			h.SharedStore, err = parseSharedStore(d)
 		case "tenant":
 			var name string
 			var t *Tenant

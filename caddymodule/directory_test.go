@@ -74,6 +74,10 @@ func (f *fakeRESP) serve(c net.Conn) {
 			}
 			args[i] = string(buf[:k])
 		}
+		if n == 0 {
+			return
+		}
+		args[0] = strings.ToUpper(args[0]) // go-redis writes its own commands in lower case
 		f.mu.Lock()
 		f.commands = append(f.commands, strings.Join(args, " "))
 		reply := "-ERR unknown\r\n"
@@ -147,7 +151,7 @@ func TestHomesDirectoryDown(t *testing.T) {
 	require.NoError(t, err)
 	_, ok := d.Claim(1, "r1:1")
 	assert.False(t, ok, "nothing listens")
-	assert.Greater(t, d.downUntil.Load(), time.Now().UnixNano(), "marked down")
+	assert.Greater(t, d.open().downUntil.Load(), time.Now().UnixNano(), "marked down")
 	_, ok = d.Claim(2, "r1:1")
 	assert.False(t, ok, "still down: not tried")
 
@@ -165,7 +169,7 @@ func TestHomesDirectoryDown(t *testing.T) {
 		}
 	}()
 	defer ln.Close()
-	d.downUntil.Store(0) // the down period passed
+	d.open().downUntil.Store(0) // the down period passed
 	got, ok := d.Claim(3, "r2:1")
 	assert.True(t, ok)
 	assert.Equal(t, "r2:1", got)
@@ -216,15 +220,14 @@ func TestHomesDirectoryClaimsLater(t *testing.T) {
 	assert.True(t, ok && home == "r1:1", "the answer is cached")
 	_, ok = d.Home(100)
 	assert.False(t, ok, "a dropped claim recorded nothing")
-	d.mu.Lock()
-	idle := len(d.idle)
-	d.mu.Unlock()
-	assert.Equal(t, maxIdleConns, idle, "the burst's extra connections closed")
+	stats := d.open().rdb.PoolStats()
+	assert.LessOrEqual(t, int(stats.IdleConns), storeMaxIdle, "the burst's extra connections closed")
+	assert.Equal(t, stats.IdleConns, stats.TotalConns, "no connection left in use")
 	// What is left: the fake server's goroutine per open connection.
-	for runtime.NumGoroutine() > goroutines+maxIdleConns && time.Now().Before(deadline) {
+	for runtime.NumGoroutine() > goroutines+storeMaxIdle && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	assert.LessOrEqual(t, runtime.NumGoroutine(), goroutines+maxIdleConns, "the claims' goroutines ended")
+	assert.LessOrEqual(t, runtime.NumGoroutine(), goroutines+storeMaxIdle, "the claims' goroutines ended")
 }
 
 // TestHomesDirectoryAuth: a password in the URL is sent first; a wrong

@@ -87,6 +87,11 @@ type LLMRoute struct {
 	// tenant named "default", which may be given settings here too. With
 	// no key at all, every request is the default tenant's.
 	Tenants map[string]*Tenant `json:"tenants,omitempty"`
+	// SharedStore, when set, is the Valkey or Redis store through which
+	// several instances of the gateway behave as one: response and
+	// conversation pins, session homes, the tenants' per-minute budgets
+	// and their max_in_flight are shared (docs/scaling.md). Without it each instance keeps its own.
+	SharedStore *SharedStoreConfig `json:"shared_store,omitempty"`
 
 	keyHashes [][32]byte
 	// keyTenant names each key's tenant (an index into tenants, whose
@@ -101,6 +106,10 @@ type LLMRoute struct {
 	// cleaned is set by the first Cleanup (tenants.go); Caddy calls
 	// Cleanup once, from one goroutine.
 	cleaned bool
+	// shared is the shared_store (sharedstore.go), sharedKey its name in
+	// sharedStores; nil without one.
+	shared    *sharedStore
+	sharedKey string
 }
 
 // cleanupOnce reports whether this is the handler's first Cleanup, which
@@ -127,6 +136,9 @@ func (LLMRoute) CaddyModule() caddy.ModuleInfo {
 func (h *LLMRoute) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	if err := h.resolveKeys(caddy.NewReplacer()); err != nil {
+		return err
+	}
+	if err := h.provisionShared(caddy.NewReplacer()); err != nil {
 		return err
 	}
 	if err := h.provisionTenants(caddy.NewReplacer(), tenantClock); err != nil {
@@ -236,6 +248,11 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 		// mid-stream) and after a client disconnect: release once.
 		h.finish(r, ww, rc, returned)
 	}()
+	if apiErr, ok := h.leaseTenant(r, rc); !ok { // sharedleases.go
+		returned = true
+		writeAPIError(ww, apiErr)
+		return nil
+	}
 	err := next.ServeHTTP(ww, r)
 	returned = true
 	if err == nil && ww.answerCut() && r.Context().Err() == nil {
@@ -314,6 +331,7 @@ func (h *LLMRoute) finish(r *http.Request, ww *routeWriter, rc *routeCtx, return
 	}
 	rc.finish(o)
 	h.settleTenant(rc, ww, a != nil) // budgets.go
+	h.releaseLease(rc)               // sharedleases.go
 	countRequest(strategy, addr, label)
 	h.observe(r, ww, rc, label, strategy, addr) // operator.go
 }

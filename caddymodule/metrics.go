@@ -49,6 +49,14 @@ var (
 		Namespace: metricNS, Name: "homes_directory_claims_total",
 		Help: "Claims of new prefixes in the homes directory, by how: path (answered before the request went on), later (made off the request's path, during a run of traffic that shares nothing), dropped (too many later claims out), failed (the store did not answer).",
 	}, []string{"how"})
+	metricStoreErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNS, Name: "shared_store_errors_total",
+		Help: "Calls to the shared store that failed (timeout, connection, bad reply), by operation.",
+	}, []string{"op"})
+	metricStoreFallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricNS, Name: "shared_store_fallbacks_total",
+		Help: "Decisions made on this instance's own state because the shared store did not answer, by feature.",
+	}, []string{"feature"})
 	metricTTFB = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: metricNS, Name: "time_to_first_byte_seconds",
 		Help:    "Time from request arrival to the first response byte relayed.",
@@ -181,7 +189,7 @@ func registerMetrics(ctx caddy.Context) {
 	for _, c := range append([]prometheus.Collector{
 		metricRequests, metricRejected, metricCooldowns, metricQueueDepth, metricQueueWait,
 		metricDecision, metricTTFB, metricSlotHolds, metricPredictedTokens, metricReportedTokens, metricPromptTokens,
-		metricPredictions, metricIndexPurges, metricStatusOverrides, metricSessionRoutes, metricStateRoutes, metricHomesClaims, stateCollector{},
+		metricPredictions, metricIndexPurges, metricStatusOverrides, metricSessionRoutes, metricStateRoutes, metricHomesClaims, metricStoreErrors, metricStoreFallbacks, stateCollector{},
 		metricTenantRequests, metricTenantRejected, metricTenantQueueWait, metricTenantTokens, tenantCollector{},
 		metricUsageClamped,
 	}, operatorCollectors...) {

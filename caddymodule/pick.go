@@ -168,6 +168,9 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 		if how != "" {
 			metricSessionRoutes.WithLabelValues(how).Inc()
 			sessionHomes.Add(rc.sessionKey, view[i].Addr)
+			if rc.shared != nil {
+				rc.shared.shareSession(rc.sessionKey, view[i].Addr) // sharedsessions.go
+			}
 		}
 		a.placeKeys(keys)
 		clearAttemptPlaceholders(r)

@@ -80,8 +80,10 @@ func (w *routeWriter) Write(p []byte) (int, error) {
 		w.firstByteAt = time.Now()
 		w.firstBytes()
 	}
-	if w.respIDs != nil {
-		w.respIDs.observe(p)
+	if w.respIDs != nil && !w.respIDs.done {
+		if w.respIDs.observe(p); w.respIDs.id != "" && w.status < 300 {
+			shareResponseID(w.rc, w.respIDs.id) // sharedpins.go
+		}
 	}
 	out := p
 	if w.sniff != nil {

@@ -36,6 +36,12 @@ type routeCtx struct {
 	// continues ("" for none), pinKey the state's key (session.go).
 	pin    string
 	pinKey uint64
+	// shared is llm_route's shared store (nil without one), where a
+	// response's pin is written as its id streams by (sharedpins.go).
+	shared *sharedStore
+	// lease is the request's lease of its tenant's max_in_flight across
+	// the instances (sharedleases.go); nil for none.
+	lease *lease
 	// tk is the request's admission ticket (budgets.go): its tenant, band
 	// and estimate; nil without llm_route's tenants. Set before the
 	// policy runs; its slot is given back by finish.

@@ -66,7 +66,14 @@ func (h *LLMRoute) describe(r *http.Request, rc *routeCtx) {
 	rc.ph.endpoint = endpointName(r.URL.Path)
 	if rc.req != nil {
 		rc.sessionKey = sessionKey(rc.req.Model, session)
+		if h.shared != nil && rc.sessionKey != 0 {
+			h.shared.sessionHome(rc.sessionKey) // sharedsessions.go
+		}
 		rc.pin, rc.pinKey = stateHome(rc.req)
+		rc.shared = h.shared
+		if rc.pin == "" && h.shared != nil {
+			rc.pin, rc.pinKey = h.shared.pinOf(rc.req) // sharedpins.go
+		}
 	}
 	providePlaceholders(r, rc)
 }

@@ -47,18 +47,23 @@ type Tenant struct {
 
 	// MaxInFlight caps the tenant's requests in flight across the whole
 	// pool, on this router instance; more wait in the queue while the
-	// other tenants are admitted past them. 0 (the default) means no cap.
+	// other tenants are admitted past them. With llm_route's shared_store
+	// the cap holds across the instances too (a lease per request). 0
+	// (the default) means no cap.
 	MaxInFlight int `json:"max_in_flight,omitempty"`
 
 	// RequestsPerMinute is the tenant's request budget on this router
-	// instance: a minute's worth at once, refilled continuously. A request
+	// instance, or across the instances sharing llm_route's shared_store
+	// (each takes its share while the store does not answer): a minute's
+	// worth at once, refilled continuously. A request
 	// past it gets 429 rate_limit_exceeded with Retry-After at once. A
 	// request llmroute refused without sending it to a replica (queue
 	// full, queue timeout) is given back. 0 (the default) means none.
 	RequestsPerMinute int `json:"requests_per_minute,omitempty"`
 
 	// TokensPerMinute is the tenant's token budget (prompt and output
-	// tokens) on this router instance, held like RequestsPerMinute. A
+	// tokens) on this router instance (or shared), held like
+	// RequestsPerMinute. A
 	// request reserves an estimate at admission (its prompt at
 	// policies.BytesPerToken bytes per token, plus what the tenant's recent
 	// requests used beyond their prompt) and is charged at its end what
@@ -200,6 +205,7 @@ func (h *LLMRoute) Cleanup() error {
 		ts.unregister(h)
 		releaseTenant(ts.name)
 	}
+	h.releaseShared()
 	return nil
 }
 

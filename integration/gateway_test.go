@@ -49,6 +49,8 @@ type gateway struct {
 	admin  string
 	listen string
 	client *http.Client
+	// site is the site it was started with, where a test keeps it.
+	site string
 }
 
 // gatewayConfig renders a Caddyfile around site, on the gateway's

@@ -23,6 +23,25 @@ type State struct {
 	// Tenants are the configured tenants (and any the queue still holds
 	// requests of), sorted by name.
 	Tenants []Tenant `json:"tenants,omitempty"`
+	// Stores are the shared stores (llm_route's shared_store) the running
+	// config uses, with their health.
+	Stores []Store `json:"shared_stores,omitempty"`
+}
+
+// Store is one shared store as this instance sees it.
+type Store struct {
+	Addr      string `json:"addr"`
+	KeyPrefix string `json:"key_prefix"`
+	// Up is false while the store is left alone after a failure: the
+	// shared features decide on this instance's state.
+	Up bool `json:"up"`
+	// Errors counts the calls that failed; LastError is the latest one's.
+	Errors    uint64 `json:"errors"`
+	LastError string `json:"last_error,omitempty"`
+	// LastAnswer is when the store last answered.
+	LastAnswer *time.Time `json:"last_answer,omitempty"`
+	// Instances is how many instances the last heartbeat saw registered.
+	Instances int `json:"instances"`
 }
 
 // Tenant is one tenant's admission state: its effective settings, its

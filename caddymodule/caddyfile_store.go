@@ -1,0 +1,52 @@
+package caddymodule
+
+import (
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+// parseSharedStore reads
+//
+//	shared_store <url> {
+//		key_prefix <prefix>
+//		timeout    <duration>
+//	}
+func parseSharedStore(d *caddyfile.Dispenser) (*SharedStoreConfig, error) {
+	if !d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	cfg := &SharedStoreConfig{URL: d.Val()}
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	// A URL with placeholders is checked once they are resolved.
+	if !strings.Contains(cfg.URL, "{") {
+		if _, err := parseStoreURL(cfg.URL); err != nil {
+			return nil, d.Errf("shared_store: %v", err)
+		}
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		if !d.NextArg() {
+			return nil, d.ArgErr()
+		}
+		switch opt {
+		case "key_prefix":
+			cfg.KeyPrefix = d.Val()
+		case "timeout":
+			dur, err := caddy.ParseDuration(d.Val())
+			if err != nil || dur <= 0 {
+				return nil, d.Errf("shared_store timeout: want a positive duration, got %q", d.Val())
+			}
+			cfg.Timeout = caddy.Duration(dur)
+		default:
+			return nil, d.Errf("unrecognized shared_store option %q", opt)
+		}
+		if d.NextArg() {
+			return nil, d.ArgErr()
+		}
+	}
+	return cfg, nil
+}

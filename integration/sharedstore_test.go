@@ -1,0 +1,479 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/fakereplica"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/proc"
+)
+
+// The shared store cases: two caddy instances with llm_route's
+// shared_store on one real redis-server (valkey-server or redis-server on
+// PATH; skipped without), in front of the same simulated replicas.
+
+// storeServer is a redis-server on 127.0.0.1 the test can stop and start.
+type storeServer struct {
+	t    *testing.T
+	bin  string
+	port int
+	p    *proc.Proc
+}
+
+func startStore(t *testing.T) *storeServer {
+	t.Helper()
+	for _, b := range []string{"valkey-server", "redis-server"} {
+		if p, err := exec.LookPath(b); err == nil {
+			port, err := netx.FreePort()
+			require.NoError(t, err)
+			s := &storeServer{t: t, bin: p, port: port}
+			s.start()
+			t.Cleanup(s.stop)
+			return s
+		}
+	}
+	t.Skip("no valkey-server or redis-server on PATH (apt-get install redis-server)")
+	return nil
+}
+
+func (s *storeServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+func (s *storeServer) start() {
+	p, err := proc.Start(exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"), "")
+	require.NoError(s.t, err)
+	s.p = p
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.addr(), 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		require.True(s.t, time.Now().Before(deadline), "store did not listen")
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *storeServer) stop() {
+	if s.p != nil {
+		s.p.Stop(2 * time.Second)
+		s.p = nil
+	}
+}
+
+// waitValue waits until a key matching pattern holds value.
+func (s *storeServer) waitValue(t *testing.T, pattern, value string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr()})
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		keys, _ := rdb.Keys(ctx, pattern).Result()
+		for _, k := range keys {
+			if v, _ := rdb.Get(ctx, k).Result(); v == value {
+				return
+			}
+		}
+		require.NoError(t, ctx.Err(), "no %s holds %s", pattern, value)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// sharedSite is the site of both instances: four replicas behind
+// prefix_load, a tenant "rl" with a request budget, and the shared store
+// (none when store is "").
+func sharedSite(store string, ups []string, rpm int) string {
+	shared := ""
+	if store != "" {
+		shared = fmt.Sprintf("\t\tshared_store redis://%s {\n\t\t\tkey_prefix it:\n\t\t\ttimeout 100ms\n\t\t}\n", store)
+	}
+	return fmt.Sprintf(`	llm_route {
+		replica_header X-LLMRoute-Replica
+%s		tenant rl {
+			keys sk-rl
+			requests_per_minute %d
+		}
+		tenant free {
+			keys sk-free
+		}
+	}
+	reverse_proxy %s {
+		lb_policy llm prefix_load
+	}`, shared, rpm, strings.Join(ups, " "))
+}
+
+// twoGateways starts the replicas and two instances of one site.
+func twoGateways(t *testing.T, store string, rpm int) (*gateway, *gateway) {
+	var ups []string
+	for i := range 4 {
+		ups = append(ups, startSim(t, fmt.Sprintf("shared-%d", i), "m"))
+	}
+	site := sharedSite(store, ups, rpm)
+	a, b := startGateway(t, site), startGateway(t, site)
+	a.site, b.site = site, site
+	return a, b
+}
+
+// followUps sends n first responses, each through one instance, and its
+// follow-up (an unrelated input: only the id says where to go) through
+// the other; it returns how many follow-ups left the response's replica
+// and how many requests failed.
+func followUps(t *testing.T, a, b *gateway, n int) (misroutes, failed int) {
+	key := map[string]string{"Authorization": "Bearer sk-free"}
+	homes := map[string]int{}
+	defer func() { t.Logf("first responses by replica: %v", homes) }()
+	// Inputs longer than a few blocks, distinct from their start, so that
+	// prefix_load spreads them over the replicas.
+	long := func(what string, i int) string { return strings.Repeat(fmt.Sprintf("%s %d. ", what, i), 200) }
+	for i := range n {
+		first, second := a, b
+		if i%2 == 1 {
+			first, second = b, a
+		}
+		r := first.do(http.MethodPost, "/v1/responses", fmt.Sprintf(`{"model":"m","stream":%v,"input":%q}`, i%4 == 0, long("first turn", i)), key)
+		if r.status != http.StatusOK {
+			failed++
+			continue
+		}
+		id, home := respID(t, r), r.header.Get("X-LLMRoute-Replica")
+		homes[home]++
+		next := second.do(http.MethodPost, "/v1/responses", fmt.Sprintf(`{"model":"m","previous_response_id":%q,"input":%q}`, id, long("unrelated", i*7919)), key)
+		switch {
+		case next.status != http.StatusOK:
+			failed++
+		case next.header.Get("X-LLMRoute-Replica") != home:
+			misroutes++
+		}
+	}
+	return misroutes, failed
+}
+
+// TestSharedStoreFollowUps proves a follow-up sent through the other
+// instance lands on the replica holding its response: 0 misroutes in
+// 100 with the shared store; without it (the control) they do not.
+func TestSharedStoreFollowUps(t *testing.T) {
+	srv := startStore(t)
+	a, b := twoGateways(t, srv.addr(), 1000)
+	misroutes, failed := followUps(t, a, b, 100)
+	t.Logf("shared store: %d misroutes, %d failed of 100", misroutes, failed)
+	assert.Zero(t, failed)
+	assert.Zero(t, misroutes)
+
+	ca, cb := twoGateways(t, "", 1000)
+	misroutes, failed = followUps(t, ca, cb, 20)
+	t.Logf("no shared store: %d misroutes, %d failed of 20", misroutes, failed)
+	assert.Positive(t, misroutes+failed, "the control: instances that share nothing misroute")
+}
+
+// gateways starts the replicas and n instances of one site.
+func gateways(t *testing.T, store string, rpm, n int) []*gateway {
+	a, b := twoGateways(t, store, rpm)
+	gs := []*gateway{a, b}
+	for len(gs) < n {
+		gs = append(gs, startGateway(t, a.site))
+	}
+	return gs
+}
+
+// rpmThrough sends n requests of tenant rl, workers at once, through the
+// gateways in turn, and counts the answers by status.
+func rpmThrough(t *testing.T, gs []*gateway, n, workers int) map[int]int {
+	var mu sync.Mutex
+	got := map[int]int{}
+	var next atomic.Int32
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				r := gs[i%len(gs)].do(http.MethodPost, "/v1/chat/completions", chatFor("m", fmt.Sprintf("budget %d", i)), map[string]string{"Authorization": "Bearer sk-rl"})
+				mu.Lock()
+				got[r.status]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return got
+}
+
+// TestSharedStoreRPM proves requests_per_minute holds across 2 and 4
+// instances: 60 requests, 8 at a time, through each in turn, against 12
+// a minute admit 12 (plus what the bucket refills during the test, a
+// fifth of a request a second), where instances that share nothing
+// admit 12 each. With the store stopped, each admits its share (12 / N)
+// on its own: the outage's documented bound, at most one more limit in
+// the minute it began.
+func TestSharedStoreRPM(t *testing.T) {
+	const limit, n = 12, 60
+	for _, instances := range []int{2, 4} {
+		t.Run(fmt.Sprintf("instances_%d", instances), func(t *testing.T) {
+			srv := startStore(t)
+			gs := gateways(t, srv.addr(), limit, instances)
+			start := time.Now()
+			refill := func() int { return int(time.Since(start).Seconds() * limit / 60) }
+			got := rpmThrough(t, gs, n, 8)
+			t.Logf("%d instances, shared store: %v in %v (limit %d, refill %d)", instances, got, time.Since(start), limit, refill())
+			assert.GreaterOrEqual(t, got[http.StatusOK], limit)
+			assert.LessOrEqual(t, got[http.StatusOK], limit+refill())
+			assert.Equal(t, n, got[http.StatusOK]+got[http.StatusTooManyRequests], "only admitted or refused")
+
+			// The store down: each instance admits limit / N on its own
+			// (once each has seen the others register: a heartbeat).
+			waitInstances(t, instances, gs...)
+			srv.stop()
+			got = rpmThrough(t, gs, n, 8)
+			t.Logf("%d instances, store down: %v (%d per instance, refill %d)", instances, got, limit/instances, refill())
+			assert.GreaterOrEqual(t, got[http.StatusOK], limit)
+			assert.LessOrEqual(t, got[http.StatusOK], limit+refill())
+			assert.Equal(t, n, got[http.StatusOK]+got[http.StatusTooManyRequests], "only admitted or refused")
+
+			got = rpmThrough(t, gateways(t, "", limit, instances), n, 8)
+			t.Logf("%d instances, no shared store: %v", instances, got)
+			assert.Equal(t, limit*instances, got[http.StatusOK], "the control: each instance admits its own limit")
+		})
+	}
+}
+
+// TestSharedStoreOutage proves the store going away mid-run and coming
+// back fails no request: pins and budgets fall back to each instance's
+// own state within the store's timeout, /llm_route/state says the store
+// is down, and once it is back the instances share again (a follow-up
+// through the other instance finds its replica).
+func TestSharedStoreOutage(t *testing.T) {
+	srv := startStore(t)
+	a, b := twoGateways(t, srv.addr(), 1000)
+	failed, slowest := 0, time.Duration(0)
+	run := func(n int, what string) {
+		for i := range n {
+			g := a
+			if i%2 == 1 {
+				g = b
+			}
+			start := time.Now()
+			r := g.do(http.MethodPost, "/v1/chat/completions", chatFor("m", fmt.Sprintf("%s %d", what, i)), map[string]string{"Authorization": "Bearer sk-rl"})
+			slowest = max(slowest, time.Since(start))
+			if r.status != http.StatusOK {
+				failed++
+			}
+		}
+	}
+	run(20, "before")
+	srv.stop()
+	run(20, "down")
+	st := adminState(t, a)
+	require.Len(t, st.Stores, 1)
+	assert.False(t, st.Stores[0].Up, "the state says the store is down")
+	assert.NotEmpty(t, st.Stores[0].LastError)
+	srv.start()
+	// The store is left alone for a second after a failure; then the
+	// pooled clients reconnect by themselves.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		run(2, "back")
+		if s := adminState(t, a).Stores; len(s) == 1 && s[0].Up && s[0].Instances == 2 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the store did not come back")
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("%d failed; slowest request %v", failed, slowest)
+	assert.Zero(t, failed, "no request fails because of the store")
+	misroutes, failedFollow := followUps(t, a, b, 10)
+	assert.Zero(t, misroutes+failedFollow, "shared again")
+}
+
+// waitInstances waits until every gateway's store has seen n instances.
+func waitInstances(t *testing.T, n int, gs ...*gateway) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, g := range gs {
+		for {
+			if s := adminState(t, g).Stores; len(s) == 1 && s[0].Instances == n {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "instances did not see each other")
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// adminState reads g's /llm_route/state.
+func adminState(t *testing.T, g *gateway) stateapi.State {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := g.caddy.State(ctx)
+	require.NoError(t, err)
+	return st
+}
+
+// TestSharedStoreTenantInFlight proves a tenant's max_in_flight holds
+// across two instances: 12 slow streams of a tenant capped at 3, six
+// through each instance at once, all served, never more than 3 at the
+// replica at a time (instances that share nothing allow 3 each), and
+// the harness's leak checks pass on both.
+func TestSharedStoreTenantInFlight(t *testing.T) {
+	srv := startStore(t)
+	cfg := baseConfig()
+	cfg.MaxInFlight, cfg.QueueSize = 16, 64
+	cfg.Tenants = []string{
+		fmt.Sprintf("shared_store redis://%s {\n\tkey_prefix inflight:\n}", srv.addr()),
+		"tenant lz {\n\tkeys sk-lz\n\tmax_in_flight 3\n}",
+	}
+	e := newEnv(t, 1, nil, cfg)
+	eb := &env{t: t, tracker: e.tracker, results: map[string]*result{}}
+	eb.start(e.cfg)
+	t.Cleanup(eb.afterCase)
+	hdr := map[string]string{"Authorization": "Bearer sk-lz", "X-Fake-Fault": "slow", "X-Fake-Delay": "40ms"}
+	var wg sync.WaitGroup
+	var okCount atomic.Int32
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g := e
+			if i%2 == 1 {
+				g = eb
+			}
+			res := g.do(newID(t), chatBody(true, false, fmt.Sprintf("capped %d", i)), hdr)
+			if res.Status == http.StatusOK && res.SawDone {
+				okCount.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	peak := e.tracker.MaxConcurrent(e.rep(0).Addr())
+	t.Logf("12 streams of a tenant capped at 3 through 2 instances: %d served, at most %d at once", okCount.Load(), peak)
+	assert.Equal(t, int32(12), okCount.Load(), "every request served")
+	assert.Equal(t, 3, peak, "the cap, across both instances")
+}
+
+// TestSharedStoreSessionMoves proves a session moved through one
+// instance (its home full there) is followed through the other: with
+// the shared store the other instance sends it where it moved; without
+// (the control) to its old home.
+func TestSharedStoreSessionMoves(t *testing.T) {
+	srv := startStore(t)
+	for _, shared := range []bool{true, false} {
+		t.Run(fmt.Sprintf("shared_%v", shared), func(t *testing.T) {
+			cfg := baseConfig()
+			cfg.Strategy, cfg.MaxInFlight = "prefix_load", 2
+			if shared {
+				cfg.Tenants = []string{fmt.Sprintf("shared_store redis://%s {\n\tkey_prefix sess:\n}", srv.addr())}
+			}
+			e := newEnv(t, 2, nil, cfg)
+			eb := &env{t: t, tracker: e.tracker, results: map[string]*result{}}
+			eb.start(e.cfg)
+			t.Cleanup(eb.afterCase)
+			session := "moving-session-" + newID(t)
+			sess := func(g *env, prompt string, extra map[string]string) *result {
+				hdr := map[string]string{"X-Session-Id": session}
+				for k, v := range extra {
+					hdr[k] = v
+				}
+				return g.do(newID(t), chatBody(false, false, prompt), hdr)
+			}
+			first := sess(e, "the first turn", nil)
+			require.Equal(t, http.StatusOK, first.Status)
+			home := first.Header.Get(replicaHdr)
+			// Fill home on instance A with two slow turns: A moves the session.
+			slow := map[string]string{fakereplica.HeaderFault: fakereplica.FaultSlow, fakereplica.HeaderDelay: "100ms", fakereplica.HeaderChunks: "10"}
+			var wg sync.WaitGroup
+			for i := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					assert.Equal(t, http.StatusOK, sess(e, fmt.Sprintf("slow turn %d", i), slow).Status)
+				}()
+			}
+			e.waitState(5*time.Second, "home at its cap on A", func(st stateapi.State) bool {
+				r, _ := st.Replica(home)
+				return r.InFlight >= 2
+			})
+			moved := sess(e, "while home is full", nil)
+			require.Equal(t, http.StatusOK, moved.Status)
+			to := moved.Header.Get(replicaHdr)
+			require.NotEqual(t, home, to, "A moved the session")
+			if shared {
+				// The move's write is off the request's path: wait for it.
+				srv.waitValue(t, "sess:session:*", to)
+			}
+			follow := sess(eb, "through the other instance", nil)
+			require.Equal(t, http.StatusOK, follow.Status)
+			if shared {
+				assert.Equal(t, to, follow.Header.Get(replicaHdr), "B follows the move")
+			} else {
+				assert.Equal(t, home, follow.Header.Get(replicaHdr), "the control: B sends it to the old home")
+			}
+			wg.Wait()
+		})
+	}
+}
+
+// TestSharedStoreCrashedInstanceLeases proves an instance killed while
+// it holds a tenant's leases gives them back within the lease TTL: B
+// holds both of a tenant's max_in_flight 2 in two long streams and is
+// killed (SIGKILL: no cleanup); A's request of the tenant waits while
+// the dead instance's leases live, then is served, within 10 s (the
+// TTL) plus a poll.
+func TestSharedStoreCrashedInstanceLeases(t *testing.T) {
+	srv := startStore(t)
+	cfg := baseConfig()
+	cfg.MaxInFlight, cfg.QueueSize = 16, 64
+	cfg.Tenants = []string{
+		fmt.Sprintf("shared_store redis://%s {\n\tkey_prefix crash:\n}", srv.addr()),
+		"tenant lz {\n\tkeys sk-lz\n\tmax_in_flight 2\n}",
+	}
+	e := newEnv(t, 1, nil, cfg)
+	eb := &env{t: t, tracker: e.tracker, results: map[string]*result{}}
+	eb.start(e.cfg)
+	long := map[string]string{"Authorization": "Bearer sk-lz", fakereplica.HeaderFault: fakereplica.FaultSlow,
+		fakereplica.HeaderDelay: "1s", fakereplica.HeaderChunks: "30"}
+	var streams []*stream
+	for i := range 2 {
+		s := eb.open(newID(t), chatBody(true, false, fmt.Sprintf("held by B %d", i)), long)
+		require.Equal(t, http.StatusOK, s.res.Status)
+		streams = append(streams, s)
+	}
+	defer func() {
+		for _, s := range streams {
+			s.abandon()
+		}
+	}()
+	rep := e.rep(0).Addr()
+	for deadline := time.Now().Add(5 * time.Second); e.tracker.Concurrent(rep) < 2; {
+		require.True(t, time.Now().Before(deadline), "B's streams run")
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.NoError(t, syscall.Kill(eb.caddy.Pid(), syscall.SIGKILL))
+	killed := time.Now()
+	res := e.do(newID(t), chatBody(false, false, "after the crash"), map[string]string{"Authorization": "Bearer sk-lz"})
+	took := time.Since(killed)
+	t.Logf("served %v after the instance holding the leases was killed", took)
+	assert.Equal(t, http.StatusOK, res.Status)
+	assert.Greater(t, took, 5*time.Second, "it waited while the dead instance's leases lived")
+	assert.Less(t, took, 12*time.Second, "they came back within the lease TTL")
+}
