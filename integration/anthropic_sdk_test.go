@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmroute/caddy-llmroute/simreplica"
 )
 
 // sdkSource holds the SDK check: package.json and package-lock.json (the
@@ -105,7 +107,9 @@ func TestAnthropicSDK(t *testing.T) {
 	node, dir := sdkInstall(t)
 	cfg := baseConfig()
 	cfg.Strategy = "prefix_load"
-	e, _ := newSimEnv(t, 2, cfg)
+	// llama.cpp's server answers /v1/messages natively, with
+	// cache_read_input_tokens (vLLM and SGLang write none).
+	e, _ := newSimEnvAs(t, 2, cfg, simreplica.LlamaCpp)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

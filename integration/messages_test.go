@@ -26,9 +26,15 @@ import (
 // reservation left) run when the test ends.
 func newSimEnv(t *testing.T, n int, cfg caddyproc.SiteConfig) (*env, []*simreplica.Server) {
 	t.Helper()
+	return newSimEnvAs(t, n, cfg, simreplica.VLLM)
+}
+
+// newSimEnvAs is newSimEnv with replicas answering as engine p.
+func newSimEnvAs(t *testing.T, n int, cfg caddyproc.SiteConfig, p simreplica.Personality) (*env, []*simreplica.Server) {
+	t.Helper()
 	var sims []*simreplica.Server
 	for i := range n {
-		sc := simreplica.Config{Name: "sim-" + string(rune('a'+i)), OutputTokens: 8, RestartDown: -1}
+		sc := simreplica.Config{Name: "sim-" + string(rune('a'+i)), OutputTokens: 8, RestartDown: -1, Personality: p}
 		sc.Engine = simengine.DefaultConfig()
 		sc.Engine.Speed = 50
 		s, err := simreplica.New(sc)
