@@ -365,6 +365,9 @@ func TestGenAIMetricsSurviveReload(t *testing.T) {
 		assert.Contains(t, body, name)
 	}
 	r.load(site)
+	// The reload closes the old server's idle connections; a kept-alive
+	// one could meet that close (a reset) rather than the new config.
+	http.DefaultClient.CloseIdleConnections()
 	send()
 	waitFor(t, "the request after the reload counted", func() bool { return value(scrape()) == before+1 })
 }
