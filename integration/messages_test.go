@@ -32,9 +32,16 @@ func newSimEnv(t *testing.T, n int, cfg caddyproc.SiteConfig) (*env, []*simrepli
 // newSimEnvAs is newSimEnv with replicas answering as engine p.
 func newSimEnvAs(t *testing.T, n int, cfg caddyproc.SiteConfig, p simreplica.Personality) (*env, []*simreplica.Server) {
 	t.Helper()
+	return newSimEnvWith(t, n, cfg, func(sc *simreplica.Config) { sc.Personality = p })
+}
+
+// newSimEnvWith is newSimEnv with each replica's config changed by set.
+func newSimEnvWith(t *testing.T, n int, cfg caddyproc.SiteConfig, set func(*simreplica.Config)) (*env, []*simreplica.Server) {
+	t.Helper()
 	var sims []*simreplica.Server
 	for i := range n {
-		sc := simreplica.Config{Name: "sim-" + string(rune('a'+i)), OutputTokens: 8, RestartDown: -1, Personality: p}
+		sc := simreplica.Config{Name: "sim-" + string(rune('a'+i)), OutputTokens: 8, RestartDown: -1}
+		set(&sc)
 		sc.Engine = simengine.DefaultConfig()
 		sc.Engine.Speed = 50
 		s, err := simreplica.New(sc)

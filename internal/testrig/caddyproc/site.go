@@ -50,6 +50,10 @@ type SiteConfig struct {
 	SlowStart time.Duration
 	// SheddableShare is sheddable_share; 0 keeps the default.
 	SheddableShare float64
+	// EngineMetrics, when set, is engine_metrics' scrape interval, and
+	// EngineMetricsKey its api_key ("" for none).
+	EngineMetrics    time.Duration
+	EngineMetricsKey string
 
 	// Retries is lb_retries; NoRetryMatch leaves out the lb_retry_match
 	// rules (429/503 and transport errors).
@@ -152,6 +156,14 @@ http://{{.ListenAddr}} {
 {{- end}}
 {{- if .SheddableShare}}
 			sheddable_share {{.SheddableShare}}
+{{- end}}
+{{- if .EngineMetrics}}
+			engine_metrics {
+				interval {{.EngineMetrics}}
+{{- if .EngineMetricsKey}}
+				api_key {{.EngineMetricsKey}}
+{{- end}}
+			}
 {{- end}}
 		}
 {{- if .Retries}}
