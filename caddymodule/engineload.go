@@ -1,6 +1,8 @@
 package caddymodule
 
 import (
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
@@ -23,6 +25,9 @@ type engineLoad struct {
 	lastErr    string
 	// asleep: the engine reported vLLM's sleep mode.
 	asleep bool
+	// adapters are the LoRA adapters it runs requests of now,
+	// comma-separated (a string, so that the load compares).
+	adapters string
 	// ownInFlight is what this router had in flight on the replica when
 	// the sample arrived: the figure the engine's counts are judged
 	// against (policies.Replica.InFlightSinceSample).
@@ -42,6 +47,10 @@ func (e *engineLoad) status(now time.Time) *stateapi.Engine {
 	}
 }
 
+// adaptersRunning is set once any engine has reported LoRA adapters
+// running (preferRunningAdapter); until then a pick does not look.
+var adaptersRunning atomic.Bool
+
 // reasonAsleep is the cooling reason of a replica whose engine reported
 // vLLM's sleep mode.
 const reasonAsleep = "asleep"
@@ -53,6 +62,22 @@ func (e *engineLoad) sleeping(now time.Time) time.Duration {
 		return 0
 	}
 	return e.staleAfter - now.Sub(e.at)
+}
+
+// runs reports whether a fresh sample says the engine runs requests of
+// adapter now.
+func (e *engineLoad) runs(now time.Time, adapter string) bool {
+	if e.adapters == "" || e.stale(now) {
+		return false
+	}
+	for rest := e.adapters; rest != ""; {
+		var a string
+		a, rest, _ = strings.Cut(rest, ",")
+		if a == adapter {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *engineLoad) stale(now time.Time) bool {
@@ -77,13 +102,16 @@ func (s *replicaState) apply(now time.Time, smp engineSample, staleAfter time.Du
 	s.engine = engineLoad{
 		at: now, staleAfter: staleAfter, engine: smp.engine, waiting: smp.waiting, running: smp.running,
 		kvUsage: smp.kvUsage, numBlocks: smp.numBlocks, blockSize: smp.blockSize,
-		queries: smp.queries, hits: smp.hits, ownInFlight: s.inFlight, asleep: smp.asleep,
+		queries: smp.queries, hits: smp.hits, ownInFlight: s.inFlight, asleep: smp.asleep, adapters: strings.Join(smp.adapters, ","),
 	}
 	if !smp.hasLoad && !smp.asleep {
 		// Metrics without load figures tell us nothing: unknown, not idle.
 		s.engine.at = time.Time{}
 	}
 	s.unlock()
+	if len(smp.adapters) > 0 {
+		adaptersRunning.Store(true)
+	}
 	if s.belief.Engine(policies.EngineCache{NumBlocks: smp.numBlocks, BlockTokens: smp.blockSize, PrefixQueries: smp.queries}) {
 		metricIndexPurges.WithLabelValues(s.addr, policies.PurgeCountersReset).Inc()
 	}

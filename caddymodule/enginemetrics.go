@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	dto "github.com/prometheus/client_model/go"
@@ -24,6 +25,9 @@ type engineSample struct {
 	// asleep: vLLM's sleep mode (vllm:engine_sleep_state 1) holds no
 	// weights; the engine serves nothing until woken.
 	asleep bool
+	// adapters are the LoRA adapters the engine runs requests of now
+	// (vllm:lora_requests_info's running_lora_adapters).
+	adapters []string
 }
 
 // metricNames maps each engine's metric names (old and new spellings) to
@@ -140,6 +144,9 @@ func parseEngineSample(r io.Reader) (engineSample, error) {
 	if f, ok := fams["vllm:engine_sleep_state"]; ok {
 		s.asleep = asleep(f)
 	}
+	if f, ok := fams["vllm:lora_requests_info"]; ok {
+		s.adapters = runningAdapters(f)
+	}
 	if s.engine == "sglang" && s.waiting == 0 && s.running == 0 {
 		// SGLang writes its gauges at prefill batches, every 40 decode
 		// batches and every 30 s when idle: zeros may be that old, so
@@ -181,6 +188,39 @@ func asleep(f *dto.MetricFamily) bool {
 		}
 	}
 	return len(sleeping) > 0
+}
+
+// runningAdapters reads vllm:lora_requests_info: one series per state of
+// the engine's adapters, its value the time it was written; the newest
+// series of each engine names the adapters running now (comma-separated
+// running_lora_adapters).
+func runningAdapters(f *dto.MetricFamily) []string {
+	newest := map[string]*dto.Metric{}
+	for _, m := range f.GetMetric() {
+		k := ""
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "engine" {
+				k = l.GetValue()
+			}
+		}
+		if o, ok := newest[k]; !ok || value(m) > value(o) {
+			newest[k] = m
+		}
+	}
+	var out []string
+	for _, m := range newest {
+		for _, l := range m.GetLabel() {
+			if l.GetName() != "running_lora_adapters" {
+				continue
+			}
+			for _, a := range strings.Split(l.GetValue(), ",") {
+				if a = strings.TrimSpace(a); a != "" && !slices.Contains(out, a) {
+					out = append(out, a)
+				}
+			}
+		}
+	}
+	return out
 }
 
 func engineOf(name string) string {

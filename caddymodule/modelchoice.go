@@ -82,6 +82,40 @@ func recheckLists() {
 // keep its replica chosen for long, and one loaded a moment ago is found.
 const modelListAge = 3 * modelsTTL
 
+// preferRunningAdapter: among the available replicas, those whose engine
+// runs requests of the adapter model now (vLLM's lora_requests_info)
+// have its weights loaded in a LoRA slot, where another would first load
+// them (and may evict one it runs): while one of them is Free, the others
+// are left out of this pick, as llm-d's LoRA-affinity scorer prefers
+// them. runs reports it for view[i]. It reports how many it left out.
+func preferRunningAdapter(view []policies.Replica, model string, runs func(i int) bool) int {
+	if model == "" {
+		return 0
+	}
+	var buf [64]bool
+	running := buf[:0]
+	if len(view) > len(buf) {
+		running = make([]bool, 0, len(view))
+	}
+	free := false
+	for i := range view {
+		r := !view[i].Unavailable && runs(i)
+		running = append(running, r)
+		free = free || (r && view[i].Free())
+	}
+	if !free {
+		return 0
+	}
+	out := 0
+	for i, r := range running {
+		if !r && !view[i].Unavailable {
+			view[i].Unavailable = true
+			out++
+		}
+	}
+	return out
+}
+
 // leaveOutOtherModels marks Unavailable, for this pick, the replicas of
 // view whose known list does not name model, when at least one available
 // replica's list does. It reports how many it left out.

@@ -117,3 +117,41 @@ func TestModelAwareChoiceThroughCaddy(t *testing.T) {
 	assert.Equal(t, int64(12), withA.Load(), "every request to the replica serving the adapter")
 	assert.Zero(t, without.Load())
 }
+
+// TestPreferRunningAdapter proves the LoRA preference: replicas running
+// the adapter now take the pick while one of them is free; when all of
+// them are full the others stay candidates; a base model is unaffected.
+func TestPreferRunningAdapter(t *testing.T) {
+	view := func() []policies.Replica {
+		return []policies.Replica{{Addr: "a"}, {Addr: "b"}, {Addr: "c", Unavailable: true}}
+	}
+	runs := func(set ...int) func(int) bool {
+		return func(i int) bool {
+			for _, s := range set {
+				if s == i {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	v := view()
+	assert.Equal(t, 1, preferRunningAdapter(v, "sql-lora", runs(0)))
+	assert.False(t, v[0].Unavailable)
+	assert.True(t, v[1].Unavailable, "not running it: left out")
+	v = view()
+	v[0].Cap, v[0].InFlight = 1, 1
+	assert.Zero(t, preferRunningAdapter(v, "sql-lora", runs(0)), "the one running it is full")
+	assert.False(t, v[1].Unavailable)
+	v = view()
+	assert.Zero(t, preferRunningAdapter(v, "sql-lora", runs(2)), "the one running it is cooling")
+	assert.Zero(t, preferRunningAdapter(view(), "", runs(0)))
+
+	s := parseFixture(t, "vllm_dp2.metrics")
+	assert.ElementsMatch(t, []string{"sql-lora", "chat-lora"}, s.adapters, "each engine's newest series")
+	now := time.Now()
+	e := engineLoad{at: now, staleAfter: time.Second, adapters: "sql-lora,chat-lora"}
+	assert.True(t, e.runs(now, "chat-lora"))
+	assert.False(t, e.runs(now, "chat"))
+	assert.False(t, e.runs(now.Add(2*time.Second), "chat-lora"), "a stale sample says nothing")
+}

@@ -149,6 +149,15 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 	}
 	if rc.req != nil {
 		leaveOutOtherModels(view, rc.req.Model, now) // modelchoice.go
+		if adaptersRunning.Load() {
+			preferRunningAdapter(view, rc.req.Model, func(i int) bool {
+				if states[i] == nil {
+					return false
+				}
+				e := states[i].live.engine.Load()
+				return e != nil && e.runs(now, rc.req.Model)
+			})
+		}
 	}
 	pinned := pinTo(rc, view, sc.downs, &res)
 	for range len(view) {
