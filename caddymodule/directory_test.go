@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -21,7 +20,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
-	"github.com/llmroute/caddy-llmroute/internal/testrig/proc"
 	"github.com/llmroute/caddy-llmroute/policies"
 )
 
@@ -285,33 +283,8 @@ func TestHomesDirectoryCaddyfile(t *testing.T) {
 // share it, place new prefixes by their own load and agree on every one.
 // It is skipped when no server is installed.
 func TestHomesDirectoryRealServer(t *testing.T) {
-	bin := ""
-	for _, b := range []string{"valkey-server", "redis-server"} {
-		if p, err := exec.LookPath(b); err == nil {
-			bin = p
-			break
-		}
-	}
-	if bin == "" {
-		t.Skip("no valkey-server or redis-server on PATH (apt-get install redis-server)")
-	}
-	port, err := netx.FreePort()
-	require.NoError(t, err)
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	p, err := proc.Start(cmd, "")
-	require.NoError(t, err)
-	t.Cleanup(func() { p.Stop(2 * time.Second) })
-	url := fmt.Sprintf("redis://127.0.0.1:%d", port)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "server did not listen")
-		time.Sleep(50 * time.Millisecond)
-	}
+	srv := startRedis(t)
+	url := srv.url()
 	cfg := HomesDirectoryConfig{URL: url, KeyPrefix: "it:", TTL: caddy.Duration(time.Minute), Timeout: caddy.Duration(time.Second)}
 	da, err := newRedisHomes(cfg, nil)
 	require.NoError(t, err)

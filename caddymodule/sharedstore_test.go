@@ -5,8 +5,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,64 +17,35 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
-	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
-	"github.com/llmroute/caddy-llmroute/internal/testrig/proc"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/redisproc"
 	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 // redisServer is a real Valkey or Redis server on 127.0.0.1 that a test
 // can stop and start again on the same port.
 type redisServer struct {
-	t    *testing.T
-	bin  string
-	port int
-	p    *proc.Proc
+	t *testing.T
+	*redisproc.Server
 }
 
 // startRedis starts a server, or skips the test when none is installed
 // (apt-get install redis-server).
 func startRedis(t *testing.T) *redisServer {
 	t.Helper()
-	for _, b := range []string{"valkey-server", "redis-server"} {
-		if p, err := exec.LookPath(b); err == nil {
-			port, err := netx.FreePort()
-			require.NoError(t, err)
-			s := &redisServer{t: t, bin: p, port: port}
-			s.start()
-			t.Cleanup(s.stop)
-			return s
-		}
+	bin := redisproc.Find()
+	if bin == "" {
+		t.Skip("no valkey-server or redis-server on PATH (apt-get install redis-server)")
 	}
-	t.Skip("no valkey-server or redis-server on PATH (apt-get install redis-server)")
-	return nil
+	srv, err := redisproc.Start(bin)
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	return &redisServer{t: t, Server: srv}
 }
 
-func (s *redisServer) addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
-func (s *redisServer) url() string  { return "redis://" + s.addr() }
-
-func (s *redisServer) start() {
-	cmd := exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	p, err := proc.Start(cmd, "")
-	require.NoError(s.t, err)
-	s.p = p
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", s.addr(), 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return
-		}
-		require.True(s.t, time.Now().Before(deadline), "server did not listen")
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (s *redisServer) stop() {
-	if s.p != nil {
-		s.p.Stop(2 * time.Second)
-		s.p = nil
-	}
-}
+func (s *redisServer) addr() string { return s.Addr() }
+func (s *redisServer) url() string  { return s.URL() }
+func (s *redisServer) start()       { require.NoError(s.t, s.Start()) }
+func (s *redisServer) stop()        { s.Stop() }
 
 // openTestStore opens a shared store as instance id, closed when the
 // test ends.

@@ -3,10 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
-	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,8 +17,7 @@ import (
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
 	"github.com/llmroute/caddy-llmroute/internal/testrig/fakereplica"
-	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
-	"github.com/llmroute/caddy-llmroute/internal/testrig/proc"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/redisproc"
 )
 
 // The shared store cases: two caddy instances with llm_route's
@@ -30,52 +26,25 @@ import (
 
 // storeServer is a redis-server on 127.0.0.1 the test can stop and start.
 type storeServer struct {
-	t    *testing.T
-	bin  string
-	port int
-	p    *proc.Proc
+	t *testing.T
+	*redisproc.Server
 }
 
 func startStore(t *testing.T) *storeServer {
 	t.Helper()
-	for _, b := range []string{"valkey-server", "redis-server"} {
-		if p, err := exec.LookPath(b); err == nil {
-			port, err := netx.FreePort()
-			require.NoError(t, err)
-			s := &storeServer{t: t, bin: p, port: port}
-			s.start()
-			t.Cleanup(s.stop)
-			return s
-		}
+	bin := redisproc.Find()
+	if bin == "" {
+		t.Skip("no valkey-server or redis-server on PATH (apt-get install redis-server)")
 	}
-	t.Skip("no valkey-server or redis-server on PATH (apt-get install redis-server)")
-	return nil
+	srv, err := redisproc.Start(bin)
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	return &storeServer{t: t, Server: srv}
 }
 
-func (s *storeServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
-
-func (s *storeServer) start() {
-	p, err := proc.Start(exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"), "")
-	require.NoError(s.t, err)
-	s.p = p
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", s.addr(), 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return
-		}
-		require.True(s.t, time.Now().Before(deadline), "store did not listen")
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (s *storeServer) stop() {
-	if s.p != nil {
-		s.p.Stop(2 * time.Second)
-		s.p = nil
-	}
-}
+func (s *storeServer) addr() string { return s.Addr() }
+func (s *storeServer) start()       { require.NoError(s.t, s.Start()) }
+func (s *storeServer) stop()        { s.Stop() }
 
 // waitValue waits until a key matching pattern holds value.
 func (s *storeServer) waitValue(t *testing.T, pattern, value string) {
