@@ -127,7 +127,10 @@ func (s *prefixLoad) pick(mem *memory, keys Keys, replicas []Replica) (int, Reas
 }
 
 // affinity asks the rules that send a request where its prefix is, in
-// order (rules_affinity.go); i is -1 when none applies: a new prefix.
+// order (rule_history.go, rule_hot.go, rule_leading.go, rule_home.go):
+// each reads the candidates' survey and either decides (a replica and the
+// blocks believed resident there) or passes to the next. i is -1 when none
+// applies: a new prefix.
 func (c *candidates) affinity() (i, m int, why Reason) {
 	if i, m, ok := c.followHistory(); ok {
 		return i, m, ReasonHistory

@@ -1,0 +1,31 @@
+package policies
+
+// followLeading: a match that covers no more than the leading run (the
+// system prompt and tools every request of this key shares, not a
+// conversation's own history) goes to the prefix's recorded home when
+// this router may follow it and it is a candidate, so that one copy of a
+// shared prompt serves it. Without a home to follow (peers, no Directory),
+// a match where this router placed the prefix by load goes to the
+// rendezvous home, where the other routers send it; any other stays where
+// the index says, so that a replica that joins does not pull warm
+// prefixes away from their cache.
+func (c *candidates) followLeading() (int, int, bool) {
+	if !c.warm {
+		return -1, 0, false
+	}
+	c.recall()
+	switch {
+	case c.at >= 0 && c.bound.Admits(&c.replicas[c.at]):
+		return c.at, c.matchAt(c.at), true
+	case !c.trusted() && c.best != c.top:
+		if addr, ok := c.mem.provisional.Home(c.hk); ok && addr == c.replicas[c.best].Addr {
+			return c.top, c.topMatch, true
+		}
+	}
+	return c.best, c.bestMatch, true
+}
+
+// trusted reports whether this router may follow the homes it recorded:
+// shared ones always, its own only while it has no peers (each router's
+// own first placements differ).
+func (c *candidates) trusted() bool { return c.s.shared || !c.peers }

@@ -1,0 +1,232 @@
+package policies
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// surveyed returns the candidates of keys over rs as prefix_load surveys
+// them before its rules run.
+func surveyed(t *testing.T, opts Options, keys Keys, rs []Replica) *candidates {
+	t.Helper()
+	o, err := opts.WithDefaults()
+	require.NoError(t, err)
+	s := newPrefixLoad(o)
+	c := &candidates{s: s, mem: s.mem.Load(), keys: keys, replicas: rs}
+	c.bound = LoadBound(rs, o.BalanceFactor, o.LoadSlack)
+	c.cold = c.bound.Widen(o.ColdBalanceFactor, o.LoadSlack)
+	c.survey()
+	return c
+}
+
+// ruleKeys is a request of 4 blocks whose first is the leading run.
+var ruleKeys = Keys{Leading: 777, Blocks: []uint64{11, 12, 13, 14}, LeadingBlocks: 1, Bytes: 512, BlockBytes: 128}
+
+// ruleCase is one situation a rule is asked about: the replicas set up,
+// and what the rule says (ok, and the replica as a rank of the home key).
+type ruleCase struct {
+	name  string
+	opts  Options
+	setup func(rs []Replica, rank []int, c func() *candidates)
+	ok    bool
+	want  int // rank index of the replica decided, when ok
+}
+
+// runRule runs the cases on 6 replicas against rule.
+func runRule(t *testing.T, cases []ruleCase, rule func(c *candidates) (int, int, bool)) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := replicas(6)
+			rank := ranked(HomeKey(ruleKeys), rs)
+			var c *candidates
+			get := func() *candidates {
+				if c == nil {
+					c = surveyed(t, tc.opts, ruleKeys, rs)
+				}
+				return c
+			}
+			tc.setup(rs, rank, get)
+			i, _, ok := rule(get())
+			require.Equal(t, tc.ok, ok)
+			if ok {
+				assert.Equal(t, rank[tc.want], i)
+			}
+		})
+	}
+}
+
+func insert(r *Replica, blocks []uint64) { r.Index.(*Index).Insert(blocks) }
+
+// TestFollowHistory: a match past the leading run decides, the longest
+// wins; a leading-run match or none passes.
+func TestFollowHistory(t *testing.T) {
+	runRule(t, []ruleCase{
+		{"nothing believed: passes", Options{}, func([]Replica, []int, func() *candidates) {}, false, 0},
+		{"only the leading run: passes", Options{}, func(rs []Replica, rank []int, _ func() *candidates) {
+			insert(&rs[rank[2]], ruleKeys.Blocks[:1])
+		}, false, 0},
+		{"its history: where it is", Options{}, func(rs []Replica, rank []int, _ func() *candidates) {
+			insert(&rs[rank[3]], ruleKeys.Blocks[:3])
+		}, true, 3},
+		{"the longest history wins", Options{}, func(rs []Replica, rank []int, _ func() *candidates) {
+			insert(&rs[rank[1]], ruleKeys.Blocks[:2])
+			insert(&rs[rank[4]], ruleKeys.Blocks)
+		}, true, 4},
+	}, (*candidates).followHistory)
+}
+
+// TestSpillHot: a prefix held only past the bound spills to the top rank;
+// one held within it, or nowhere, passes.
+func TestSpillHot(t *testing.T) {
+	runRule(t, []ruleCase{
+		{"held past the bound: the top rank", Options{}, func(rs []Replica, rank []int, _ func() *candidates) {
+			insert(&rs[rank[3]], ruleKeys.Blocks)
+			rs[rank[3]].InFlight = 10 // bound ceil(1.5*11/6)+2 = 5
+		}, true, 0},
+		{"held within the bound: passes", Options{}, func(rs []Replica, rank []int, _ func() *candidates) {
+			insert(&rs[rank[3]], ruleKeys.Blocks)
+		}, false, 0},
+		{"held nowhere: passes", Options{}, func([]Replica, []int, func() *candidates) {}, false, 0},
+	}, (*candidates).spillHot)
+}
+
+// TestFollowLeading: a leading-run match goes to the recorded home this
+// router may follow, to the rendezvous home where this router placed it
+// by load with peers, else stays where it matches; without a match it
+// passes.
+func TestFollowLeading(t *testing.T) {
+	alone := Options{Peers: PeersNone}
+	runRule(t, []ruleCase{
+		{"no match: passes", alone, func([]Replica, []int, func() *candidates) {}, false, 0},
+		{"alone, its recorded home", alone, func(rs []Replica, rank []int, c func() *candidates) {
+			insert(&rs[rank[2]], ruleKeys.Blocks[:1])
+			c().mem.own.Claim(HomeKey(ruleKeys), rs[rank[4]].Addr)
+		}, true, 4},
+		{"alone, a home past the bound: where it matches", alone, func(rs []Replica, rank []int, c func() *candidates) {
+			insert(&rs[rank[2]], ruleKeys.Blocks[:1])
+			rs[rank[4]].InFlight = 10
+			c().mem.own.Claim(HomeKey(ruleKeys), rs[rank[4]].Addr)
+		}, true, 2},
+		{"with peers, placed here by load: the rendezvous home", Options{Peers: PeersSome}, func(rs []Replica, rank []int, c func() *candidates) {
+			insert(&rs[rank[2]], ruleKeys.Blocks[:1])
+			c().mem.provisional.Learn(HomeKey(ruleKeys), rs[rank[2]].Addr)
+		}, true, 0},
+		{"with peers, placed elsewhere: where it matches", Options{Peers: PeersSome}, func(rs []Replica, rank []int, _ func() *candidates) {
+			insert(&rs[rank[2]], ruleKeys.Blocks[:1])
+		}, true, 2},
+	}, (*candidates).followLeading)
+}
+
+// TestReturnHome: a prefix with a recorded home goes there within the cold
+// bound, else to the rendezvous home; one without passes.
+func TestReturnHome(t *testing.T) {
+	alone := Options{Peers: PeersNone}
+	runRule(t, []ruleCase{
+		{"no home: passes", alone, func([]Replica, []int, func() *candidates) {}, false, 0},
+		{"its home", alone, func(rs []Replica, rank []int, c func() *candidates) {
+			c().mem.own.Claim(HomeKey(ruleKeys), rs[rank[3]].Addr)
+		}, true, 3},
+		{"its home past the cold bound: the rendezvous home", alone, func(rs []Replica, rank []int, c func() *candidates) {
+			for i := range rs {
+				rs[i].InFlight = 2
+			}
+			rs[rank[3]].InFlight = 40 // cold bound ceil(3*51/6)+2 = 28
+			c().mem.own.Claim(HomeKey(ruleKeys), rs[rank[3]].Addr)
+		}, true, 0},
+		{"with peers, its own home is not followed: the rendezvous home", Options{Peers: PeersSome}, func(rs []Replica, rank []int, c func() *candidates) {
+			c().mem.own.Claim(HomeKey(ruleKeys), rs[rank[3]].Addr)
+		}, true, 0},
+	}, (*candidates).returnHome)
+}
+
+// TestDetourRule: a place whose queue, the request's uncached part
+// included, exceeds the cheapest's by more than the slack is left.
+func TestDetourRule(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		pending int
+		want    bool
+	}{
+		{"no queue", 0, false},
+		{"within 1.5 prompts", 768, false}, // 768 + 0 against 0 + 512 + 768 slack
+		{"past it", 1281, true},
+	} {
+		rs := replicas(2)
+		insert(&rs[0], ruleKeys.Blocks)
+		rs[0].PendingPrefill = tc.pending
+		c := surveyed(t, Options{}, ruleKeys, rs)
+		assert.Equal(t, tc.want, c.detour(0, 4), tc.name)
+	}
+}
+
+// TestByLoad: a new prefix goes to the least recently chosen of the
+// replicas within the slack of the least pending prefill.
+func TestByLoad(t *testing.T) {
+	rs := replicas(3)
+	rs[2].PendingPrefill = 10_000
+	c := surveyed(t, Options{}, ruleKeys, rs)
+	c.mem.sent.mark(rs[0].Addr)
+	assert.Equal(t, 1, c.byLoad(256), "0 chosen lately, 2 past the slack")
+	c.mem.sent.mark(rs[1].Addr)
+	assert.Equal(t, 0, c.byLoad(256), "now 0 was chosen least recently")
+	assert.Equal(t, 2, c.byLoad(20_000), "within a wide slack the never-chosen one")
+}
+
+// TestNearRendezvous: the rendezvous home is near while its pending
+// prefill is within the slack and its engine reports no queue and no full
+// cache.
+func TestNearRendezvous(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(r *Replica)
+		want bool
+	}{
+		{"idle", func(*Replica) {}, true},
+		{"queued past the slack", func(r *Replica) { r.PendingPrefill = 1000 }, false},
+		{"engine queue", func(r *Replica) { r.EngineWaiting = 1 }, false},
+		{"cache full", func(r *Replica) { r.KVUsage = 0.97 }, false},
+	} {
+		rs := replicas(4)
+		home := ranked(HomeKey(ruleKeys), rs)[0]
+		tc.set(&rs[home])
+		c := surveyed(t, Options{}, ruleKeys, rs)
+		require.Equal(t, home, c.rendezvous)
+		assert.Equal(t, tc.want, c.nearRendezvous(256), tc.name)
+	}
+}
+
+// TestClaimRule: alone the choice is recorded; with a directory another
+// router's earlier claim wins; a directory that does not answer leaves
+// the rendezvous home when it was near.
+func TestClaimRule(t *testing.T) {
+	rs := replicas(4)
+	rank := ranked(HomeKey(ruleKeys), rs)
+	c := surveyed(t, Options{Peers: PeersNone}, ruleKeys, rs)
+	i, why := c.claim(rank[2], ReasonLoad, false, false)
+	assert.Equal(t, rank[2], i)
+	assert.Equal(t, ReasonLoad, why)
+	got, _ := c.mem.own.Home(HomeKey(ruleKeys))
+	assert.Equal(t, rs[rank[2]].Addr, got, "recorded as its home")
+
+	dir := NewHomeTable(4)
+	dir.Claim(HomeKey(ruleKeys), rs[rank[1]].Addr)
+	c = surveyed(t, Options{Directory: dir}, ruleKeys, rs)
+	i, why = c.claim(rank[2], ReasonLoad, false, false)
+	assert.Equal(t, rank[1], i, "another router claimed it first")
+	assert.Equal(t, ReasonClaimed, why)
+
+	down := &flakyClaims{}
+	c = surveyed(t, Options{Directory: down}, ruleKeys, rs)
+	i, why = c.claim(rank[2], ReasonLoad, true, true)
+	assert.Equal(t, rank[0], i, "no answer: where it would go without a directory")
+	assert.Equal(t, ReasonRendezvous, why)
+}
+
+// flakyClaims is a Directory that never answers a claim.
+type flakyClaims struct{}
+
+func (*flakyClaims) Home(uint64) (string, bool)          { return "", false }
+func (*flakyClaims) Claim(uint64, string) (string, bool) { return "", false }
