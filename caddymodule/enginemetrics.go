@@ -47,23 +47,28 @@ var (
 // dp_rank and vLLM's engine label name engines of their own.
 var rankLabels = map[string]bool{"tp_rank": true, "pp_rank": true}
 
+// engineKey names the engine a series belongs to: its labels but the
+// tensor and pipeline ranks and skip, in the exposition's (sorted) order.
+func engineKey(m *dto.Metric, skip string) string {
+	var key strings.Builder
+	for _, l := range m.GetLabel() {
+		if n := l.GetName(); !rankLabels[n] && n != skip {
+			key.WriteString(n)
+			key.WriteByte('=')
+			key.WriteString(l.GetValue())
+			key.WriteByte(',')
+		}
+	}
+	return key.String()
+}
+
 // perEngine returns a family's value per engine: series that differ only
 // in their tensor or pipeline rank are one engine's (the largest of their
 // values, since pipeline stages may each count their part).
 func perEngine(f *dto.MetricFamily) map[string]float64 {
 	out := make(map[string]float64, len(f.GetMetric()))
-	var key strings.Builder
 	for _, m := range f.GetMetric() {
-		key.Reset()
-		for _, l := range m.GetLabel() { // sorted by name
-			if !rankLabels[l.GetName()] {
-				key.WriteString(l.GetName())
-				key.WriteByte('=')
-				key.WriteString(l.GetValue())
-				key.WriteByte(',')
-			}
-		}
-		k, v := key.String(), value(m)
+		k, v := engineKey(m, ""), value(m)
 		if old, ok := out[k]; !ok || v > old {
 			out[k] = v
 		}
@@ -162,19 +167,14 @@ func parseEngineSample(r io.Reader) (engineSample, error) {
 // engines is awake.
 func asleep(f *dto.MetricFamily) bool {
 	sleeping := map[string]bool{}
-	var key strings.Builder
 	for _, m := range f.GetMetric() {
-		key.Reset()
 		state := ""
 		for _, l := range m.GetLabel() {
-			switch {
-			case l.GetName() == "sleep_state":
+			if l.GetName() == "sleep_state" {
 				state = l.GetValue()
-			case !rankLabels[l.GetName()]:
-				key.WriteString(l.GetName() + "=" + l.GetValue() + ",")
 			}
 		}
-		v, k := value(m), key.String()
+		v, k := value(m), engineKey(m, "sleep_state")
 		switch state {
 		case "awake":
 			sleeping[k] = sleeping[k] || v == 0
