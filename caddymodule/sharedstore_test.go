@@ -32,14 +32,7 @@ type redisServer struct {
 // (apt-get install redis-server).
 func startRedis(t *testing.T) *redisServer {
 	t.Helper()
-	bin := redisproc.Find()
-	if bin == "" {
-		t.Skip("no valkey-server or redis-server on PATH (apt-get install redis-server)")
-	}
-	srv, err := redisproc.Start(bin)
-	require.NoError(t, err)
-	t.Cleanup(srv.Stop)
-	return &redisServer{t: t, Server: srv}
+	return &redisServer{t: t, Server: redisproc.ForTest(t)}
 }
 
 func (s *redisServer) addr() string { return s.Addr() }

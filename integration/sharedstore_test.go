@@ -32,14 +32,7 @@ type storeServer struct {
 
 func startStore(t *testing.T) *storeServer {
 	t.Helper()
-	bin := redisproc.Find()
-	if bin == "" {
-		t.Skip("no valkey-server or redis-server on PATH (apt-get install redis-server)")
-	}
-	srv, err := redisproc.Start(bin)
-	require.NoError(t, err)
-	t.Cleanup(srv.Stop)
-	return &storeServer{t: t, Server: srv}
+	return &storeServer{t: t, Server: redisproc.ForTest(t)}
 }
 
 func (s *storeServer) addr() string { return s.Addr() }

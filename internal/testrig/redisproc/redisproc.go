@@ -10,6 +10,7 @@ import (
 	"net"
 	"os/exec"
 	"strconv"
+	"testing"
 	"time"
 
 	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
@@ -78,4 +79,20 @@ func (s *Server) Stop() {
 		s.p.Stop(2 * time.Second)
 		s.p = nil
 	}
+}
+
+// ForTest starts a server for t, stopped when t ends, or skips t when none
+// is installed.
+func ForTest(t testing.TB) *Server {
+	t.Helper()
+	bin := Find()
+	if bin == "" {
+		t.Skip("no valkey-server or redis-server on PATH (apt-get install redis-server)")
+	}
+	s, err := Start(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
 }
