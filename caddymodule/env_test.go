@@ -20,16 +20,19 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/llmroute/caddy-llmroute/caddymodule/stateapi"
+	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
 	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 // freePort returns a loopback port that was free a moment ago.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// netx never hands a port out twice: the admin endpoint and the site
+	// sharing one would both bind (Caddy sets SO_REUSEPORT) and the site's
+	// requests would reach the admin endpoint.
+	p, err := netx.FreePort()
 	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // router is an in-process Caddy with llmroute loaded.

@@ -31,6 +31,32 @@ func TestFreeAddrIsLoopbackAndListenable(t *testing.T) {
 	}
 }
 
+// TestFreePortNeverRepeats plays a kernel that offers the same port twice
+// in a row: the second caller must get another one.
+func TestFreePortNeverRepeats(t *testing.T) {
+	offers := []int{40001, 40001, 40001, 40002}
+	saved := kernelPort
+	t.Cleanup(func() { kernelPort = saved })
+	kernelPort = func() (int, error) {
+		p := offers[0]
+		if len(offers) > 1 {
+			offers = offers[1:]
+		}
+		return p, nil
+	}
+	first, err := FreePort()
+	if err != nil || first != 40001 {
+		t.Fatalf("first FreePort = %d, %v; want 40001", first, err)
+	}
+	second, err := FreePort()
+	if err != nil || second != 40002 {
+		t.Fatalf("second FreePort = %d, %v; want 40002 (40001 was handed out)", second, err)
+	}
+	if _, err := FreePort(); err == nil {
+		t.Fatal("a kernel offering only handed-out ports must end in an error, not a repeat")
+	}
+}
+
 func TestWaitTCP(t *testing.T) {
 	closed := make(chan struct{})
 	close(closed)
