@@ -246,21 +246,26 @@ func parseEngineMetrics(d *caddyfile.Dispenser) (*EngineMetricsConfig, error) {
 
 // parseHomesDirectory reads
 //
-//	homes_directory <url> {
+//	homes_directory <url>|shared_store {
 //		key_prefix <prefix>
 //		ttl        <duration>
 //		timeout    <duration>
 //	}
+//
+// shared_store names llm_route's store, whose timeout applies.
 func parseHomesDirectory(d *caddyfile.Dispenser) (*HomesDirectoryConfig, error) {
 	if !d.NextArg() {
 		return nil, d.ArgErr()
 	}
 	cfg := &HomesDirectoryConfig{URL: d.Val()}
+	if cfg.URL == "shared_store" {
+		cfg.URL, cfg.SharedStore = "", true
+	}
 	if d.NextArg() {
 		return nil, d.ArgErr()
 	}
-	if _, err := newRedisHomes(*cfg, nil); err != nil {
-		return nil, d.Err(err.Error())
+	if err := cfg.validate(); err != nil {
+		return nil, d.Errf("homes_directory: %v", err)
 	}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
@@ -283,6 +288,9 @@ func parseHomesDirectory(d *caddyfile.Dispenser) (*HomesDirectoryConfig, error) 
 		default:
 			return nil, d.Errf("unrecognized homes_directory option %q", opt)
 		}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, d.Errf("homes_directory: %v", err)
 	}
 	return cfg, nil
 }

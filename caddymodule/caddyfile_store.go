@@ -12,6 +12,7 @@ import (
 //	shared_store <url> {
 //		key_prefix <prefix>
 //		timeout    <duration>
+//		tls_ca     <pem file>
 //	}
 func parseSharedStore(d *caddyfile.Dispenser) (*SharedStoreConfig, error) {
 	if !d.NextArg() {
@@ -35,6 +36,11 @@ func parseSharedStore(d *caddyfile.Dispenser) (*SharedStoreConfig, error) {
 		switch opt {
 		case "key_prefix":
 			cfg.KeyPrefix = d.Val()
+		case "tls_ca":
+			if !strings.HasPrefix(cfg.URL, "rediss://") && !strings.HasPrefix(cfg.URL, "valkeys://") && !strings.Contains(cfg.URL, "{") {
+				return nil, d.Errf("shared_store tls_ca: the store's URL must be rediss:// (TLS), got %s", redactURL(cfg.URL))
+			}
+			cfg.TLSCA = d.Val()
 		case "timeout":
 			dur, err := caddy.ParseDuration(d.Val())
 			if err != nil || dur <= 0 {

@@ -1,9 +1,11 @@
 package caddymodule
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -31,18 +33,40 @@ import (
 type HomesDirectoryConfig struct {
 	// URL is the store: redis://[user:password@]host:port[/db], or
 	// rediss:// for TLS. Valkey and Redis 7.0 or later speak the same
-	// protocol. A URL equal to llm_route's shared_store shares its
-	// connections.
-	URL string `json:"url"`
+	// protocol. Leave it out with shared_store.
+	URL string `json:"url,omitempty"`
+	// SharedStore keeps the homes in llm_route's shared_store (the store
+	// of the llm_route handler that read the request), with its
+	// connections, timeout and TLS settings, instead of a store of the
+	// directory's own. Until a request has come through a handler with a
+	// shared_store, new prefixes are placed as without a directory.
+	SharedStore bool `json:"shared_store,omitempty"`
 	// KeyPrefix starts every key, so that several deployments can share a
-	// store. Default "llmroute:home:".
+	// store. Default "llmroute:home:", or the shared_store's key_prefix
+	// followed by "home:".
 	KeyPrefix string `json:"key_prefix,omitempty"`
 	// TTL is how long a home is kept after its prefix was first placed.
 	// Default 1h.
 	TTL caddy.Duration `json:"ttl,omitempty"`
 	// Timeout bounds each round trip, connection included; past it the
-	// router decides without the directory. Default 50ms.
+	// router decides without the directory. Default 50ms; with
+	// shared_store, the store's timeout applies.
 	Timeout caddy.Duration `json:"timeout,omitempty"`
+}
+
+// validate checks that the directory names one store.
+func (cfg HomesDirectoryConfig) validate() error {
+	if !cfg.SharedStore {
+		_, err := parseStoreURL(cfg.URL)
+		return err
+	}
+	if cfg.URL != "" {
+		return errors.New("give a store URL or shared_store, not both")
+	}
+	if cfg.Timeout != 0 {
+		return errors.New("with shared_store the store's own timeout applies")
+	}
+	return nil
 }
 
 // maxLaterClaims bounds the claims made off the request's path that are
@@ -57,16 +81,16 @@ var directories sync.Map // config key -> *redisHomes
 
 // homesDirectory returns the directory for cfg, creating it on first use.
 func homesDirectory(cfg HomesDirectoryConfig, logger *zap.Logger) (*redisHomes, error) {
-	if cfg.KeyPrefix == "" {
+	if cfg.KeyPrefix == "" && !cfg.SharedStore {
 		cfg.KeyPrefix = "llmroute:home:"
 	}
 	if cfg.TTL <= 0 {
 		cfg.TTL = caddy.Duration(time.Hour)
 	}
-	if cfg.Timeout <= 0 {
+	if cfg.Timeout <= 0 && !cfg.SharedStore {
 		cfg.Timeout = caddy.Duration(50 * time.Millisecond)
 	}
-	key := fmt.Sprintf("%s|%s|%d|%d", cfg.URL, cfg.KeyPrefix, cfg.TTL, cfg.Timeout)
+	key := fmt.Sprintf("%s|%t|%s|%d|%d", cfg.URL, cfg.SharedStore, cfg.KeyPrefix, cfg.TTL, cfg.Timeout)
 	if d, ok := directories.Load(key); ok {
 		return d.(*redisHomes), nil
 	}
@@ -83,7 +107,7 @@ func homesDirectory(cfg HomesDirectoryConfig, logger *zap.Logger) (*redisHomes, 
 type redisHomes struct {
 	url     string
 	timeout time.Duration
-	prefix  string
+	prefix  string // "" with shared_store: the store's prefix + "home:"
 	ttlMS   string
 	logger  *zap.Logger
 
@@ -91,6 +115,11 @@ type redisHomes struct {
 	// nothing.
 	openOnce sync.Once
 	store    *storeClient
+
+	// shared is set with shared_store: the homes live in bound, the store
+	// of the handler that read the latest request (bindShared).
+	shared bool
+	bound  atomic.Pointer[sharedStore]
 
 	// dir caches the homes the store answered, for Home.
 	dir *policies.StoreDirectory
@@ -100,28 +129,61 @@ type redisHomes struct {
 }
 
 func newRedisHomes(cfg HomesDirectoryConfig, logger *zap.Logger) (*redisHomes, error) {
-	if _, err := parseStoreURL(cfg.URL); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("homes_directory: %v", err)
 	}
 	timeout := time.Duration(cfg.Timeout)
 	if timeout <= 0 {
 		timeout = 50 * time.Millisecond
 	}
-	d := &redisHomes{url: cfg.URL, timeout: timeout, prefix: cfg.KeyPrefix, logger: logger,
+	d := &redisHomes{url: cfg.URL, timeout: timeout, prefix: cfg.KeyPrefix, logger: logger, shared: cfg.SharedStore,
 		ttlMS: strconv.FormatInt(time.Duration(cfg.TTL).Milliseconds(), 10), later: make(chan struct{}, maxLaterClaims)}
 	d.dir = policies.NewStoreDirectory(d)
 	return d, nil
 }
 
-// open returns the store client, taking a reference on first use.
-func (d *redisHomes) open() *storeClient {
+// open returns the store client and the key prefix, taking a reference
+// on first use; with shared_store, the bound store's (nil before any).
+func (d *redisHomes) open() (*storeClient, string) {
+	if d.shared {
+		s := d.bound.Load()
+		if s == nil {
+			return nil, ""
+		}
+		if d.prefix != "" {
+			return s.c, d.prefix
+		}
+		return s.c, s.prefix + "home:"
+	}
 	d.openOnce.Do(func() {
-		s, err := acquireStore(d.url, d.timeout, d.logger)
+		s, err := acquireStore(d.url, d.timeout, "", d.logger)
 		if err == nil {
 			d.store = s
 		}
 	})
-	return d.store
+	return d.store, d.prefix
+}
+
+// bindShared makes s the store of a shared_store directory: the store of
+// the llm_route handler that read the request being placed. The handlers
+// of one config share one store per URL and prefix, so this changes only
+// when a reload brings another.
+func (d *redisHomes) bindShared(s *sharedStore) {
+	if s != nil && d.bound.Load() != s {
+		d.bound.Store(s)
+	}
+}
+
+// bindHomes points a shared_store homes directory at the store of the
+// handler that read the request.
+func (p *LLMSelection) bindHomes(rc *routeCtx) {
+	if rc.shared == nil {
+		p.noStoreWarn.Do(func() {
+			p.logger.Warn("homes_directory shared_store: the llm_route handler before this proxy has no shared_store; new prefixes are placed without a directory")
+		})
+		return
+	}
+	p.sharedHomes.bindShared(rc.shared)
 }
 
 // Home returns the home the store gave for key, from the cache.
@@ -175,13 +237,13 @@ func claimHow(ok bool, how string) string {
 // claim is SET NX GET, unless the store failed within the last
 // storeDownFor.
 func (d *redisHomes) claim(key uint64, addr string) (string, bool) {
-	s := d.open()
+	s, prefix := d.open()
 	if s == nil || !s.available() {
 		return "", false
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	k := d.prefix + strconv.FormatUint(key, 16)
+	k := prefix + strconv.FormatUint(key, 16)
 	val, err := s.rdb.Do(ctx, "SET", k, addr, "NX", "GET", "PX", d.ttlMS).Text()
 	if !s.done("homes_claim", err) {
 		return "", false

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"runtime"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -106,6 +108,12 @@ func (f *fakeRESP) serve(c net.Conn) {
 	}
 }
 
+// openedStore is the directory's own client.
+func openedStore(d *redisHomes) *storeClient {
+	s, _ := d.open()
+	return s
+}
+
 func (f *fakeRESP) url() string { return "redis://" + f.ln.Addr().String() }
 
 // TestHomesDirectoryAgrees proves two directory clients (two routers)
@@ -149,7 +157,7 @@ func TestHomesDirectoryDown(t *testing.T) {
 	require.NoError(t, err)
 	_, ok := d.Claim(1, "r1:1")
 	assert.False(t, ok, "nothing listens")
-	assert.Greater(t, d.open().downUntil.Load(), time.Now().UnixNano(), "marked down")
+	assert.Greater(t, openedStore(d).downUntil.Load(), time.Now().UnixNano(), "marked down")
 	_, ok = d.Claim(2, "r1:1")
 	assert.False(t, ok, "still down: not tried")
 
@@ -167,7 +175,7 @@ func TestHomesDirectoryDown(t *testing.T) {
 		}
 	}()
 	defer ln.Close()
-	d.open().downUntil.Store(0) // the down period passed
+	openedStore(d).downUntil.Store(0) // the down period passed
 	got, ok := d.Claim(3, "r2:1")
 	assert.True(t, ok)
 	assert.Equal(t, "r2:1", got)
@@ -218,7 +226,7 @@ func TestHomesDirectoryClaimsLater(t *testing.T) {
 	assert.True(t, ok && home == "r1:1", "the answer is cached")
 	_, ok = d.Home(100)
 	assert.False(t, ok, "a dropped claim recorded nothing")
-	stats := d.open().rdb.PoolStats()
+	stats := openedStore(d).rdb.PoolStats()
 	assert.LessOrEqual(t, int(stats.IdleConns), storeMaxIdle, "the burst's extra connections closed")
 	assert.Equal(t, stats.IdleConns, stats.TotalConns, "no connection left in use")
 	// What is left: the fake server's goroutine per open connection.
@@ -262,6 +270,13 @@ func TestHomesDirectoryCaddyfile(t *testing.T) {
 		Timeout: caddy.Duration(20 * time.Millisecond)}, *p.HomesDirectory)
 	require.NoError(t, p.setup())
 	assert.NotNil(t, p.opts.Directory, "the strategy gets the shared directory")
+
+	var ps LLMSelection
+	require.NoError(t, ps.UnmarshalCaddyfile(caddyfile.NewTestDispenser("llm {\n homes_directory shared_store {\n ttl 5m\n }\n}")))
+	assert.Equal(t, HomesDirectoryConfig{SharedStore: true, TTL: caddy.Duration(5 * time.Minute)}, *ps.HomesDirectory)
+	require.NoError(t, ps.setup())
+	assert.NotNil(t, ps.sharedHomes, "bound at each pick")
+	assert.ErrorContains(t, HomesDirectoryConfig{SharedStore: true, URL: "redis://x:1"}.validate(), "not both")
 	for _, tt := range []struct{ in, want string }{
 		{"llm {\n homes_directory\n}", "wrong argument count"},
 		{"llm {\n homes_directory http://x\n}", "redis://"},
@@ -284,12 +299,20 @@ func TestHomesDirectoryCaddyfile(t *testing.T) {
 // It is skipped when no server is installed.
 func TestHomesDirectoryRealServer(t *testing.T) {
 	srv := startRedis(t)
-	url := srv.url()
-	cfg := HomesDirectoryConfig{URL: url, KeyPrefix: "it:", TTL: caddy.Duration(time.Minute), Timeout: caddy.Duration(time.Second)}
+	cfg := HomesDirectoryConfig{URL: srv.url(), KeyPrefix: "it:", TTL: caddy.Duration(time.Minute), Timeout: caddy.Duration(time.Second)}
 	da, err := newRedisHomes(cfg, nil)
 	require.NoError(t, err)
 	db, err := newRedisHomes(cfg, nil)
 	require.NoError(t, err)
+	agreeOnHomes(t, da, db)
+}
+
+// agreeOnHomes has two routers' prefix_load strategies, over directories
+// da and db of one store, place 100 new prefixes, each by its own load:
+// they must agree on every one, and every prefix must go where the first
+// router's load put it.
+func agreeOnHomes(t *testing.T, da, db *redisHomes) {
+	t.Helper()
 	a, err := policies.NewStrategy("prefix_load", policies.Options{Peers: policies.PeersSome, Directory: da})
 	require.NoError(t, err)
 	b, err := policies.NewStrategy("prefix_load", policies.Options{Peers: policies.PeersSome, Directory: db})
@@ -328,4 +351,66 @@ func TestHomesDirectoryRealServer(t *testing.T) {
 	assert.Equal(t, 100, byLoad, "every new prefix went where the first router's load put it")
 	assert.Equal(t, 37.0, testutil.ToFloat64(metricHomesClaims.WithLabelValues("later"))-later0,
 		"a claimed keys 64-100 off the path; b, told each time that a placed it, never")
+}
+
+// TestHomesDirectorySharedStore proves homes_directory shared_store keeps
+// the homes in llm_route's store: before a request binds it the directory
+// answers nothing (the router places on its own), bound to two
+// instances' stores the routers agree on every new prefix, the keys sit
+// under the store's prefix + "home:", and the directory opened no client
+// of its own.
+func TestHomesDirectorySharedStore(t *testing.T) {
+	srv := startRedis(t)
+	cfg := HomesDirectoryConfig{SharedStore: true, TTL: caddy.Duration(time.Minute)}
+	da, err := newRedisHomes(cfg, nil)
+	require.NoError(t, err)
+	db, err := newRedisHomes(cfg, nil)
+	require.NoError(t, err)
+	_, ok := da.Claim(1, "r:1")
+	assert.False(t, ok, "unbound: no store to ask")
+	da.bindShared(openTestStore(t, srv.url(), "hs:", "a", time.Second))
+	db.bindShared(openTestStore(t, srv.url(), "hs:", "b", time.Second))
+	agreeOnHomes(t, da, db)
+	assert.Nil(t, da.store, "no client of its own")
+	assert.Nil(t, db.store, "no client of its own")
+	keys, err := da.bound.Load().c.rdb.Keys(t.Context(), "hs:home:*").Result()
+	require.NoError(t, err)
+	assert.Len(t, keys, 100, "one home per prefix, under the store's prefix")
+}
+
+// TestHomesDirectorySharedStoreThroughCaddy proves the binding happens at
+// the pick: a config whose lb_policy names homes_directory shared_store
+// records a new prefix's home in llm_route's store.
+func TestHomesDirectorySharedStoreThroughCaddy(t *testing.T) {
+	srv := startRedis(t)
+	a, b := newFake(t), newFake(t)
+	r := startRouter(t, fmt.Sprintf(`
+	llm_route {
+		shared_store %s {
+			key_prefix via:
+		}
+	}
+	reverse_proxy %s %s {
+		lb_policy llm {
+			homes_directory shared_store
+		}
+	}`, srv.url(), a.addr, b.addr))
+	resp := post(t, r.url("/v1/chat/completions"), "", "", "", chatBody("you are a homes test", "first turn", false))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp.Body.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.addr()})
+	t.Cleanup(func() { rdb.Close() })
+	var keys []string
+	var err error
+	deadline := time.Now().Add(5 * time.Second)
+	for len(keys) == 0 && time.Now().Before(deadline) {
+		keys, err = rdb.Keys(t.Context(), "via:home:*").Result()
+		require.NoError(t, err)
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Len(t, keys, 1, "the new prefix's home, in the shared store")
+	home, err := rdb.Get(t.Context(), keys[0]).Result()
+	require.NoError(t, err)
+	assert.Contains(t, []string{a.addr, b.addr}, home)
+	r.requireDrained(a.addr, b.addr)
 }

@@ -193,6 +193,10 @@ type LLMSelection struct {
 	// holds tracks running prompts for slot_hold (slotTracker; nil when
 	// off).
 	holds *slotHolds
+	// sharedHomes is the homes directory when it lives in llm_route's
+	// shared_store (bound to it at each pick); nil otherwise.
+	sharedHomes *redisHomes
+	noStoreWarn sync.Once
 
 	// states holds this policy's reference on each replica state it has
 	// seen, keyed by dial address.
@@ -300,6 +304,9 @@ func (p *LLMSelection) setup() error {
 			return err
 		}
 		opts.Directory = d
+		if d.shared {
+			p.sharedHomes = d
+		}
 	}
 	var err error
 	// The strategy resolves opts itself (WithDefaults is not idempotent for
@@ -421,6 +428,9 @@ func (p *LLMSelection) Select(pool reverseproxy.UpstreamPool, r *http.Request, _
 	}
 	if !checkPin(rc, pool) {
 		return nil
+	}
+	if p.sharedHomes != nil {
+		p.bindHomes(rc)
 	}
 	keys := rc.keys()
 	if p.holds != nil && !retry && len(keys.Blocks) > 0 && !rc.held() {

@@ -32,9 +32,14 @@ type SharedStoreConfig struct {
 	// URL is the store: redis://[user:password@]host:port[/db], or
 	// rediss:// for TLS (Valkey, or Redis 7.0 or later). {env.*}
 	// placeholders are resolved when the config loads, so that a password
-	// need not be written in the config. homes_directory given the same
-	// URL and timeout shares its connections.
+	// need not be written in the config. lb_policy llm's
+	// homes_directory shared_store uses this store.
 	URL string `json:"url"`
+	// TLSCA is a PEM file of the certificate authorities that sign the
+	// store's certificate, for a rediss:// store whose certificate the
+	// system's roots do not vouch for (a private CA). Default: the
+	// system's roots.
+	TLSCA string `json:"tls_ca,omitempty"`
 	// KeyPrefix starts every key, so that several deployments can share a
 	// store; the instances that share state must use the same. Default
 	// "llmroute:".
@@ -106,9 +111,13 @@ func (h *LLMRoute) provisionShared(repl *caddy.Replacer) error {
 	if timeout <= 0 {
 		timeout = defaultStoreTimeout
 	}
-	key := storeKey(rawURL, timeout) + "|" + cfg.KeyPrefix
+	tlsCA, err := repl.ReplaceOrErr(cfg.TLSCA, true, true)
+	if err != nil {
+		return fmt.Errorf("shared_store: %v", err)
+	}
+	key := storeKey(rawURL, timeout, tlsCA) + "|" + cfg.KeyPrefix
 	v, _, err := sharedStores.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return openSharedStore(rawURL, timeout, cfg.KeyPrefix, instanceID, h.logger)
+		return openSharedStore(storeAddr{url: rawURL, timeout: timeout, tlsCA: tlsCA}, cfg.KeyPrefix, instanceID, h.logger)
 	})
 	if err != nil {
 		return fmt.Errorf("shared_store: %v", err)
@@ -127,14 +136,22 @@ func (h *LLMRoute) releaseShared() {
 	}
 }
 
+// storeAddr is how to reach a store: its URL, the timeout of each round
+// trip and the CA file of its TLS certificate ("" for the system's).
+type storeAddr struct {
+	url     string
+	timeout time.Duration
+	tlsCA   string
+}
+
 // openSharedStore opens the store under prefix and registers the
 // instance id there.
-func openSharedStore(rawURL string, timeout time.Duration, prefix, id string, logger *zap.Logger) (*sharedStore, error) {
-	c, err := acquireStore(rawURL, timeout, logger)
+func openSharedStore(at storeAddr, prefix, id string, logger *zap.Logger) (*sharedStore, error) {
+	c, err := acquireStore(at.url, at.timeout, at.tlsCA, logger)
 	if err != nil {
 		return nil, err
 	}
-	s := &sharedStore{c: c, clientKey: storeKey(rawURL, timeout), prefix: prefix, id: id,
+	s := &sharedStore{c: c, clientKey: storeKey(at.url, at.timeout, at.tlsCA), prefix: prefix, id: id,
 		sessionWrites: make(chan struct{}, maxSessionWrites), stop: make(chan struct{}), done: make(chan struct{})}
 	s.instances.Store(1)
 	trackStore(s, 1)

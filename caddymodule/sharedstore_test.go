@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,7 +45,7 @@ func (s *redisServer) stop()        { s.Stop() }
 // test ends.
 func openTestStore(t *testing.T, url, prefix, id string, timeout time.Duration) *sharedStore {
 	t.Helper()
-	s, err := openSharedStore(url, timeout, prefix, id, nil)
+	s, err := openSharedStore(storeAddr{url: url, timeout: timeout}, prefix, id, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Destruct() })
 	return s
@@ -235,7 +236,7 @@ func TestSharedStoreGarbage(t *testing.T) {
 func TestSharedHeartbeat(t *testing.T) {
 	srv := startRedis(t)
 	a := openTestStore(t, srv.url(), "hb:", "a", time.Second)
-	b, err := openSharedStore(srv.url(), time.Second, "hb:", "b", nil)
+	b, err := openSharedStore(storeAddr{url: srv.url(), timeout: time.Second}, "hb:", "b", nil)
 	require.NoError(t, err)
 	c := openTestStore(t, srv.url(), "hb:", "c", time.Second)
 	a.beat()
@@ -274,6 +275,7 @@ func TestSharedStoreCaddyfile(t *testing.T) {
 		{"llm_route {\n shared_store redis://x:1/y\n}", "database"},
 		{"llm_route {\n shared_store redis://x:1 {\n timeout soon\n }\n}", "timeout"},
 		{"llm_route {\n shared_store redis://x:1 {\n ttl 1m\n }\n}", "unrecognized"},
+		{"llm_route {\n shared_store redis://x:1 {\n tls_ca /etc/ca.pem\n }\n}", "rediss://"},
 	} {
 		var h LLMRoute
 		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tt.in))
@@ -327,7 +329,7 @@ func TestSharedLeases(t *testing.T) {
 	hs[0].releaseLease(held[2])
 
 	// Instance c takes all three and dies without releasing them.
-	c, err := openSharedStore(srv.url(), time.Second, "lz:", "c", nil)
+	c, err := openSharedStore(storeAddr{url: srv.url(), timeout: time.Second}, "lz:", "c", nil)
 	require.NoError(t, err)
 	hc := &LLMRoute{shared: c}
 	for range 3 {
@@ -492,4 +494,47 @@ func TestSharedStoreSlow(t *testing.T) {
 	}
 	assert.Less(t, slowest, 3*timeout, "bounded by the timeout")
 	assert.Less(t, time.Since(start), 4*timeout, "one timeout, not ten")
+}
+
+// TestSharedStoreTLS runs the shared store over rediss:// against a
+// server that speaks TLS only: with tls_ca naming the server's CA, pins
+// go through; with the system's roots the handshake fails (the store is
+// down and the instance decides alone, the error names the certificate);
+// tls_ca on a redis:// URL is refused.
+func TestSharedStoreTLS(t *testing.T) {
+	srv := redisproc.ForTestTLS(t)
+	require.Contains(t, srv.URL(), "rediss://")
+	var h LLMRoute
+	require.NoError(t, h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(fmt.Sprintf(`llm_route {
+		shared_store %s {
+			key_prefix tls:
+			timeout 1s
+			tls_ca %s
+		}
+	}`, srv.URL(), srv.CAFile()))))
+	assert.Equal(t, srv.CAFile(), h.SharedStore.TLSCA)
+	require.NoError(t, h.provisionShared(caddy.NewReplacer()))
+	t.Cleanup(h.releaseShared)
+	trusted := h.shared
+	trusted.sharePin("10.0.0.7:8000", "resp_tls", &policies.Request{})
+	stateHomes.Remove(stateKey(stateResponse, "resp_tls"))
+	got, _ := trusted.pinOf(&policies.Request{PreviousResponseID: "resp_tls"})
+	assert.Equal(t, "10.0.0.7:8000", got, "the pin went through the TLS store")
+	assert.True(t, trusted.c.available())
+
+	untrusted, err := openSharedStore(storeAddr{url: srv.URL(), timeout: time.Second}, "tls:", "b", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = untrusted.Destruct() })
+	stateHomes.Remove(stateKey(stateResponse, "resp_tls"))
+	got, _ = untrusted.pinOf(&policies.Request{PreviousResponseID: "resp_tls"})
+	assert.Empty(t, got, "a store whose certificate is not trusted answers nothing")
+	assert.False(t, untrusted.c.available(), "marked down")
+	if e := untrusted.c.lastErr.Load(); assert.NotNil(t, e) {
+		assert.Contains(t, *e, "certificate")
+	}
+
+	_, err = newStoreClient("redis://"+srv.Addr(), time.Second, srv.CAFile(), nil)
+	assert.ErrorContains(t, err, "rediss://")
+	_, err = newStoreClient(srv.URL(), time.Second, filepath.Join(t.TempDir(), "missing.pem"), nil)
+	assert.ErrorContains(t, err, "tls_ca")
 }

@@ -3,9 +3,11 @@ package caddymodule
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -35,7 +37,7 @@ const storeMaxIdle = 16
 // wait for a connection.
 const storePoolSize = maxLaterClaims
 
-// storeClients holds one client per URL and timeout, shared by every
+// storeClients holds one client per URL, timeout and CA file, shared by every
 // user in the process (the handlers and policies of successive reloads),
 // so that a reload opens no new connections; the last user's release
 // closes it.
@@ -62,15 +64,16 @@ type storeClient struct {
 var errBadAnswer = errors.New("shared store: unexpected answer")
 
 // storeKey names a client in storeClients.
-func storeKey(rawURL string, timeout time.Duration) string {
-	return fmt.Sprintf("%s|%d", rawURL, timeout)
+func storeKey(rawURL string, timeout time.Duration, tlsCA string) string {
+	return fmt.Sprintf("%s|%d|%s", rawURL, timeout, tlsCA)
 }
 
-// acquireStore returns the client for rawURL and timeout, opening it on
-// first use; release it with releaseStore(storeKey(...)).
-func acquireStore(rawURL string, timeout time.Duration, logger *zap.Logger) (*storeClient, error) {
-	v, _, err := storeClients.LoadOrNew(storeKey(rawURL, timeout), func() (caddy.Destructor, error) {
-		return newStoreClient(rawURL, timeout, logger)
+// acquireStore returns the client for rawURL, timeout and tlsCA (a PEM
+// file, or "" for the system's roots), opening it on first use; release
+// it with releaseStore(storeKey(...)).
+func acquireStore(rawURL string, timeout time.Duration, tlsCA string, logger *zap.Logger) (*storeClient, error) {
+	v, _, err := storeClients.LoadOrNew(storeKey(rawURL, timeout, tlsCA), func() (caddy.Destructor, error) {
+		return newStoreClient(rawURL, timeout, tlsCA, logger)
 	})
 	if err != nil {
 		return nil, err
@@ -111,10 +114,32 @@ func redactURL(rawURL string) string {
 	return rawURL[:scheme+3] + "***" + rawURL[at:]
 }
 
-func newStoreClient(rawURL string, timeout time.Duration, logger *zap.Logger) (*storeClient, error) {
+// storeRoots reads the certificate authorities of a store's TLS
+// certificate from the PEM file tlsCA.
+func storeRoots(tlsCA string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(tlsCA)
+	if err != nil {
+		return nil, fmt.Errorf("tls_ca: %v", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("tls_ca %s: no PEM certificate in the file", tlsCA)
+	}
+	return roots, nil
+}
+
+func newStoreClient(rawURL string, timeout time.Duration, tlsCA string, logger *zap.Logger) (*storeClient, error) {
 	opt, err := parseStoreURL(rawURL)
 	if err != nil {
 		return nil, err
+	}
+	if tlsCA != "" {
+		if opt.TLSConfig == nil {
+			return nil, errors.New("tls_ca needs a rediss:// URL")
+		}
+		if opt.TLSConfig.RootCAs, err = storeRoots(tlsCA); err != nil {
+			return nil, err
+		}
 	}
 	if logger == nil {
 		logger = zap.NewNop()
