@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -72,14 +73,21 @@ func sharedSite(store string, ups []string, rpm int) string {
 			keys sk-rl
 			requests_per_minute %d
 		}
+		tenant tp {
+			keys sk-tp
+			tokens_per_minute %d
+		}
 		tenant free {
 			keys sk-free
 		}
 	}
 	reverse_proxy %s {
 		lb_policy llm prefix_load
-	}`, shared, rpm, strings.Join(ups, " "))
+	}`, shared, rpm, tpmLimit, strings.Join(ups, " "))
 }
+
+// tpmLimit is tenant tp's tokens_per_minute in sharedSite.
+const tpmLimit = 3000
 
 // twoGateways starts the replicas and two instances of one site.
 func twoGateways(t *testing.T, store string, rpm int) (*gateway, *gateway) {
@@ -179,6 +187,84 @@ func rpmThrough(t *testing.T, gs []*gateway, n, workers int) map[int]int {
 	}
 	wg.Wait()
 	return got
+}
+
+// tpmThrough sends n requests of tenant tp (prompts of about 200 tokens),
+// workers at once, through the gateways in turn; it returns the tokens
+// the admitted ones used (the engines' usage), how many were admitted,
+// the most one used, and how many got anything but 200 or 429.
+func tpmThrough(t *testing.T, gs []*gateway, n, workers int) (used, admitted, most, other int) {
+	var mu sync.Mutex
+	var next atomic.Int32
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				prompt := strings.Repeat(fmt.Sprintf("tokens %d ", i), 80)
+				r := gs[i%len(gs)].do(http.MethodPost, "/v1/chat/completions", chatFor("m", prompt), map[string]string{"Authorization": "Bearer sk-tp"})
+				var u struct {
+					Usage struct {
+						TotalTokens int `json:"total_tokens"`
+					} `json:"usage"`
+				}
+				mu.Lock()
+				switch r.status {
+				case http.StatusOK:
+					assert.NoError(t, json.Unmarshal(r.body, &u))
+					assert.Positive(t, u.Usage.TotalTokens, "the engine reports usage")
+					used += u.Usage.TotalTokens
+					most = max(most, u.Usage.TotalTokens)
+					admitted++
+				case http.StatusTooManyRequests:
+				default:
+					other++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return used, admitted, most, other
+}
+
+// TestSharedStoreTPM proves tokens_per_minute holds across 2 and 4
+// caddy processes, settled from the engines' usage: 80 requests of about
+// 200 tokens, 6 at a time, through each instance in turn, against 3,000
+// tokens a minute use at most the limit, plus what the bucket refills
+// during the test, plus one request's worth per concurrent worker (each
+// admitted on its estimate before the others settle), where instances
+// that share nothing use the limit each.
+func TestSharedStoreTPM(t *testing.T) {
+	const n, workers = 80, 6
+	for _, instances := range []int{2, 4} {
+		t.Run(fmt.Sprintf("instances_%d", instances), func(t *testing.T) {
+			srv := startStore(t)
+			gs := gateways(t, srv.addr(), 1000, instances)
+			start := time.Now()
+			used, admitted, most, other := tpmThrough(t, gs, n, workers)
+			refill := int(time.Since(start).Seconds()*tpmLimit/60) + 1
+			bound := tpmLimit + refill + workers*most
+			t.Logf("%d instances, shared store: %d tokens used by %d admitted (limit %d, refill %d, bound %d)",
+				instances, used, admitted, tpmLimit, refill, bound)
+			assert.Zero(t, other, "only admitted or refused")
+			assert.Less(t, admitted, n, "the budget refused some")
+			assert.LessOrEqual(t, used, bound, "one budget across the instances")
+			assert.GreaterOrEqual(t, used, tpmLimit-most, "the budget was spent")
+
+			start = time.Now()
+			used, admitted, _, other = tpmThrough(t, gateways(t, "", 1000, instances), n, workers)
+			refill = int(time.Since(start).Seconds()*tpmLimit/60) + 1
+			t.Logf("%d instances, no shared store: %d tokens used by %d admitted", instances, used, admitted)
+			assert.Zero(t, other)
+			assert.Greater(t, used, tpmLimit+refill+workers*most, "the control: each instance spends its own limit")
+		})
+	}
 }
 
 // TestSharedStoreRPM proves requests_per_minute holds across 2 and 4
