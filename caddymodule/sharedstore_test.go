@@ -483,7 +483,6 @@ func TestSharedStoreSlow(t *testing.T) {
 	h.shared = s
 	ts := h.tenants[1]
 	var slowest time.Duration
-	start := time.Now()
 	for range 10 {
 		t0 := time.Now()
 		tk, why, _ := h.reserveTenant(ts, ts.limits(), 0, false)
@@ -492,8 +491,13 @@ func TestSharedStoreSlow(t *testing.T) {
 		assert.False(t, tk.shared)
 		ts.settle(tk, true, 0, false)
 	}
-	assert.Less(t, slowest, 3*timeout, "bounded by the timeout")
-	assert.Less(t, time.Since(start), 4*timeout, "one timeout, not ten")
+	// A call waits its timeout and no more (the bound leaves room for a
+	// loaded machine); after the first, the store is left alone: the
+	// failures counted are the first reservation's and at most the
+	// heartbeat's, not ten.
+	assert.Less(t, slowest, timeout+time.Second, "bounded by the timeout")
+	assert.LessOrEqual(t, s.c.errs.Load(), uint64(2), "one timeout, not ten")
+	assert.Positive(t, s.c.errs.Load(), "the store was tried")
 }
 
 // TestSharedStoreTLS runs the shared store over rediss:// against a
