@@ -101,11 +101,11 @@ func twoGateways(t *testing.T, store string, rpm int) (*gateway, *gateway) {
 	return a, b
 }
 
-// followUps sends n first responses, each through one instance, and its
-// follow-up (an unrelated input: only the id says where to go) through
-// the other; it returns how many follow-ups left the response's replica
-// and how many requests failed.
-func followUps(t *testing.T, a, b *gateway, n int) (misroutes, failed int) {
+// followUps sends n first responses, each through one instance in turn,
+// and its follow-up (an unrelated input: only the id says where to go)
+// through the next; it returns how many follow-ups left the response's
+// replica and how many requests failed.
+func followUps(t *testing.T, gs []*gateway, n int) (misroutes, failed int) {
 	key := map[string]string{"Authorization": "Bearer sk-free"}
 	homes := map[string]int{}
 	defer func() { t.Logf("first responses by replica: %v", homes) }()
@@ -113,10 +113,7 @@ func followUps(t *testing.T, a, b *gateway, n int) (misroutes, failed int) {
 	// prefix_load spreads them over the replicas.
 	long := func(what string, i int) string { return strings.Repeat(fmt.Sprintf("%s %d. ", what, i), 200) }
 	for i := range n {
-		first, second := a, b
-		if i%2 == 1 {
-			first, second = b, a
-		}
+		first, second := gs[i%len(gs)], gs[(i+1)%len(gs)]
 		r := first.do(http.MethodPost, "/v1/responses", fmt.Sprintf(`{"model":"m","stream":%v,"input":%q}`, i%4 == 0, long("first turn", i)), key)
 		if r.status != http.StatusOK {
 			failed++
@@ -135,21 +132,23 @@ func followUps(t *testing.T, a, b *gateway, n int) (misroutes, failed int) {
 	return misroutes, failed
 }
 
-// TestSharedStoreFollowUps proves a follow-up sent through the other
-// instance lands on the replica holding its response: 0 misroutes in
-// 100 with the shared store; without it (the control) they do not.
+// TestSharedStoreFollowUps proves a follow-up sent through another of 2
+// or 4 instances lands on the replica holding its response: 0 misroutes
+// in 100 with the shared store; without it (the control) they do not.
 func TestSharedStoreFollowUps(t *testing.T) {
-	srv := startStore(t)
-	a, b := twoGateways(t, srv.addr(), 1000)
-	misroutes, failed := followUps(t, a, b, 100)
-	t.Logf("shared store: %d misroutes, %d failed of 100", misroutes, failed)
-	assert.Zero(t, failed)
-	assert.Zero(t, misroutes)
+	for _, instances := range []int{2, 4} {
+		t.Run(fmt.Sprintf("instances_%d", instances), func(t *testing.T) {
+			srv := startStore(t)
+			misroutes, failed := followUps(t, gateways(t, srv.addr(), 1000, instances), 100)
+			t.Logf("%d instances, shared store: %d misroutes, %d failed of 100", instances, misroutes, failed)
+			assert.Zero(t, failed)
+			assert.Zero(t, misroutes)
 
-	ca, cb := twoGateways(t, "", 1000)
-	misroutes, failed = followUps(t, ca, cb, 20)
-	t.Logf("no shared store: %d misroutes, %d failed of 20", misroutes, failed)
-	assert.Positive(t, misroutes+failed, "the control: instances that share nothing misroute")
+			misroutes, failed = followUps(t, gateways(t, "", 1000, instances), 20)
+			t.Logf("%d instances, no shared store: %d misroutes, %d failed of 20", instances, misroutes, failed)
+			assert.Positive(t, misroutes+failed, "the control: instances that share nothing misroute")
+		})
+	}
 }
 
 // gateways starts the replicas and n instances of one site.
@@ -349,7 +348,7 @@ func TestSharedStoreOutage(t *testing.T) {
 	}
 	t.Logf("%d failed; slowest request %v", failed, slowest)
 	assert.Zero(t, failed, "no request fails because of the store")
-	misroutes, failedFollow := followUps(t, a, b, 10)
+	misroutes, failedFollow := followUps(t, []*gateway{a, b}, 10)
 	assert.Zero(t, misroutes+failedFollow, "shared again")
 }
 
