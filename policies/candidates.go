@@ -42,7 +42,31 @@ type candidates struct {
 // since most replicas miss at the first block.
 func (c *candidates) survey() {
 	o := &c.s.opts
-	c.hk = HomeKey(c.keys)
+	// Each Free replica's match, measured once (kept for the first
+	// len(buf) replicas, measured again past them): sharedRun reads them
+	// all before the home key the ranks below depend on is known.
+	var buf [64]int
+	first, second := 0, 0
+	for i := range c.replicas {
+		if !c.replicas[i].Free() {
+			continue
+		}
+		m := matchOf(c.keys, &c.replicas[i])
+		if i < len(buf) {
+			buf[i] = m
+		}
+		if m > first {
+			first, second = m, first
+		} else if m > second {
+			second = m
+		}
+	}
+	if lead := c.sharedRun(second); lead > c.keys.LeadingBlocks {
+		c.keys.LeadingBlocks = lead
+		c.hk = c.keys.Blocks[lead]
+	} else {
+		c.hk = HomeKey(c.keys)
+	}
 	c.best, c.top, c.rendezvous, c.coolest, c.cheap = -1, -1, -1, -1, -1
 	var bestRank, topRank, rvRank, coolRank, cheapRank uint64
 	for i := range c.replicas {
@@ -51,7 +75,12 @@ func (c *candidates) survey() {
 			continue
 		}
 		sc := r.rank(c.hk)
-		m := matchOf(c.keys, r)
+		m := 0
+		if i < len(buf) {
+			m = buf[i]
+		} else {
+			m = matchOf(c.keys, r)
+		}
 		if c.cold.Admits(r) && (c.rendezvous < 0 || sc > rvRank) {
 			c.rendezvous, rvRank, c.rvMatch = i, sc, m
 		}

@@ -4,9 +4,12 @@ import "sync/atomic"
 
 // prefixLoad is llmroute's default strategy: cache affinity under a load
 // bound, with new prefixes placed by the prefill queued ahead of them.
-// A request without keys goes to the least-loaded Free replica. A keyed
-// one is decided by the first of these rules that applies, among the
-// candidates: the Free replicas within the load bound (Bound):
+// A request without keys goes to the least-loaded Free replica. For a
+// keyed one, a believed match held on two or more replicas counts as its
+// shared leading run, and its home is ranked by its first block past it
+// (sharedRun). It is then decided by the first of these rules that
+// applies, among the candidates: the Free replicas within the load bound
+// (Bound):
 //
 //  1. history (followHistory): its own conversation, believed resident
 //     past the shared leading run, wins where it is.

@@ -230,3 +230,72 @@ type flakyClaims struct{}
 
 func (*flakyClaims) Home(uint64) (string, bool)          { return "", false }
 func (*flakyClaims) Claim(uint64, string) (string, bool) { return "", false }
+
+// TestSharedRun: a match held on two replicas counts as the leading run
+// and the home is ranked by the first block past it; a match held on one
+// replica, one no longer than the request's own leading run, or one that
+// leaves no block past it changes nothing. History then means a match
+// past what the replicas hold in common.
+func TestSharedRun(t *testing.T) {
+	noLead := Keys{Leading: 777, Blocks: []uint64{21, 22, 23, 24}, Bytes: 512, BlockBytes: 128}
+	for _, tc := range []struct {
+		name    string
+		keys    Keys
+		held    [][]uint64 // what replicas 0, 1, ... hold
+		lead    int        // the leading run survey settles on
+		hk      uint64     // the home key
+		history bool       // whether followHistory then decides
+	}{
+		{"nothing held", noLead, nil, 0, 21, false},
+		{"one replica holds two blocks: its history", noLead, [][]uint64{noLead.Blocks[:2]}, 0, 21, true},
+		{"two hold the first block: shared", noLead, [][]uint64{noLead.Blocks[:1], noLead.Blocks[:1]}, 1, 22, false},
+		{"two hold one block, one of them three: history past it", noLead,
+			[][]uint64{noLead.Blocks[:1], noLead.Blocks[:3]}, 1, 22, true},
+		{"two hold two blocks: shared to the second", noLead,
+			[][]uint64{noLead.Blocks[:2], noLead.Blocks[:3], noLead.Blocks[:2]}, 2, 23, true},
+		{"two hold it all: nothing past it to rank by", noLead,
+			[][]uint64{noLead.Blocks, noLead.Blocks}, 0, 21, true},
+		{"no longer than the request's own leading run", ruleKeys,
+			[][]uint64{ruleKeys.Blocks[:1], ruleKeys.Blocks[:1]}, 1, 777, false},
+		{"past the request's own leading run", ruleKeys,
+			[][]uint64{ruleKeys.Blocks[:2], ruleKeys.Blocks[:2]}, 2, 13, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := replicas(6)
+			for i, b := range tc.held {
+				insert(&rs[i], b)
+			}
+			c := surveyed(t, Options{}, tc.keys, rs)
+			assert.Equal(t, tc.lead, c.keys.LeadingBlocks, "leading run")
+			assert.Equal(t, tc.hk, c.hk, "home key")
+			_, _, ok := c.followHistory()
+			assert.Equal(t, tc.history, ok, "history decides")
+		})
+	}
+}
+
+// TestSharedRunSpreadsConversations: conversations that all open with one
+// prefix, held by every replica, each go to the home of their own
+// opening: a router that never saw them places them where another router
+// that ranks the same way would, and not all on one replica.
+func TestSharedRunSpreadsConversations(t *testing.T) {
+	rs := replicas(6)
+	shared := []uint64{5}
+	for i := range rs {
+		insert(&rs[i], shared)
+	}
+	s, err := NewStrategy("prefix_load", Options{Peers: PeersSome})
+	require.NoError(t, err)
+	used := map[int]int{}
+	agreed := 0
+	for conv := uint64(1); conv <= 60; conv++ {
+		keys := Keys{Leading: 777, Blocks: []uint64{5, 1000 + conv, 2000 + conv}, Bytes: 384, BlockBytes: 128}
+		i := s.Pick(keys, rs)
+		used[i]++
+		if i == ranked(keys.Blocks[1], rs)[0] {
+			agreed++
+		}
+	}
+	assert.Equal(t, 60, agreed, "each at the rendezvous home of its own opening")
+	assert.Len(t, used, 6, "spread over every replica, not piled on the shared prefix's home")
+}
