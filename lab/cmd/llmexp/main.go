@@ -111,6 +111,7 @@ func run(args []string, logw io.Writer) error {
 		trcN  = fs.Int("trace-requests", 0, "trace: replay only the first n requests (default all; 1500 with -quick)")
 		trcB  = fs.Int("trace-block-tokens", 0, "trace: engine tokens per 512-token trace block (default 512: the trace's own size)")
 		trcS  = fs.Int("trace-system-blocks", 0, "trace: leading blocks sent as the system message (default 0: the whole prompt is the user message)")
+		trcH  = fs.Int("trace-shared-head", 0, "trace: open every request with the same n blocks, as production traces whose requests share one system prompt (default 0: the trace as it is)")
 		docs  = fs.String("docs", "../docs", "docs, plots: the docs directory whose generated tables are rewritten from the records (with the README.md beside it)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -229,7 +230,7 @@ func run(args []string, logw io.Writer) error {
 		return suite.WriteResidency(dir, rec)
 	case cmd == "trace":
 		tc := suite.TraceConfig{Path: *trc}
-		tc.Options.Requests, tc.Options.BlockTokens, tc.Options.SystemBlocks = *trcN, *trcB, *trcS
+		tc.Options.Requests, tc.Options.BlockTokens, tc.Options.SystemBlocks, tc.Options.SharedHead = *trcN, *trcB, *trcS, *trcH
 		rec, err := suite.RunTrace(o, tc)
 		if err != nil {
 			return err
@@ -241,7 +242,7 @@ func run(args []string, logw io.Writer) error {
 		return suite.WriteTrace(dir, rec)
 	case cmd == "trace_variants":
 		tc := suite.TraceConfig{Path: *trc}
-		tc.Options.Requests, tc.Options.BlockTokens, tc.Options.SystemBlocks = *trcN, *trcB, *trcS
+		tc.Options.Requests, tc.Options.BlockTokens, tc.Options.SystemBlocks, tc.Options.SharedHead = *trcN, *trcB, *trcS, *trcH
 		rec, err := suite.RunTraceVariants(o, tc)
 		if err != nil {
 			return err

@@ -116,6 +116,11 @@ type Options struct {
 	// Requests keeps the first n requests of the trace (a window of its
 	// time; 0: all).
 	Requests int `json:"requests,omitempty"`
+	// SharedHead opens every request with the same n blocks (ids the trace
+	// does not use), the shape of production traces whose requests all
+	// start with one system prompt, which the synthetic trace lacks; 0
+	// (default): the trace as it is.
+	SharedHead int `json:"shared_head,omitempty"`
 	// Seed seeds the vocabulary and every block's text.
 	Seed uint64 `json:"seed"`
 	// Model, Parse and HashBytes are the workload's (workload.Params).
@@ -139,9 +144,28 @@ func (o Options) scale(traceTokens int) int {
 // window returns the records o replays.
 func (o Options) window(recs []Record) []Record {
 	if o.Requests > 0 && o.Requests < len(recs) {
-		return recs[:o.Requests]
+		recs = recs[:o.Requests]
 	}
-	return recs
+	if o.SharedHead <= 0 {
+		return recs
+	}
+	var top int64
+	for _, r := range recs {
+		for _, id := range r.HashIDs {
+			top = max(top, id)
+		}
+	}
+	out := make([]Record, len(recs))
+	for i, r := range recs {
+		ids := make([]int64, 0, o.SharedHead+len(r.HashIDs))
+		for k := range o.SharedHead {
+			ids = append(ids, top+1+int64(k))
+		}
+		r.HashIDs = append(ids, r.HashIDs...)
+		r.InputLength += o.SharedHead * TraceBlockTokens
+		out[i] = r
+	}
+	return out
 }
 
 // block is one block id's text and tokens.

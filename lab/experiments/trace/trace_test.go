@@ -301,3 +301,50 @@ func TestGivenTrace(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestSharedHead: every request opens with the same new blocks, its length
+// grows by them, the window applies first, and the records given are
+// left as they were.
+func TestSharedHead(t *testing.T) {
+	recs := readSmall(t)
+	got := Options{SharedHead: 2, Requests: 4}.window(recs)
+	if len(got) != 4 {
+		t.Fatalf("%d records, want the window's 4", len(got))
+	}
+	for i, r := range got {
+		if !slices.Equal(r.HashIDs[:2], []int64{8, 9}) || !slices.Equal(r.HashIDs[2:], recs[i].HashIDs) {
+			t.Errorf("request %d: ids %v, want [8 9] then %v", i, r.HashIDs, recs[i].HashIDs)
+		}
+		if r.InputLength != recs[i].InputLength+2*TraceBlockTokens {
+			t.Errorf("request %d: input_length %d, want %d", i, r.InputLength, recs[i].InputLength+2*TraceBlockTokens)
+		}
+		if err := r.check(); err != nil {
+			t.Errorf("request %d: %v", i, err)
+		}
+	}
+	if !slices.Equal(readSmall(t)[0].HashIDs, recs[0].HashIDs) {
+		t.Error("the records given were changed")
+	}
+	// Requests 0 and 3 share no block; with the shared head they share
+	// its keys (a 128-token block: several 128-byte keys), then differ.
+	pc := policies.ParseConfig{Deployment: "t", BlockSize: 128, MaxBlocks: 4096}
+	w, err := Workload(recs, Options{BlockTokens: 128, SharedHead: 1, Seed: 2, Parse: pc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r0, err := w.Request(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r3, err := w.Request(3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for n < len(r0.Keys.Blocks) && n < len(r3.Keys.Blocks) && r0.Keys.Blocks[n] == r3.Keys.Blocks[n] {
+		n++
+	}
+	if n < 4 || n >= min(len(r0.Keys.Blocks), len(r3.Keys.Blocks)) {
+		t.Errorf("with a shared head, requests 0 and 3 share %d keys of %d and %d", n, len(r0.Keys.Blocks), len(r3.Keys.Blocks))
+	}
+}
