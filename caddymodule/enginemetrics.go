@@ -191,9 +191,11 @@ func asleep(f *dto.MetricFamily) bool {
 }
 
 // runningAdapters reads vllm:lora_requests_info: one series per state of
-// the engine's adapters, its value the time it was written; the newest
-// series of each engine names the adapters running now (comma-separated
-// running_lora_adapters).
+// the adapters, its value the time it was written, never removed. vLLM
+// writes no engine label on it (the data-parallel engines share its
+// series), so the newest series names the adapters running now
+// (comma-separated running_lora_adapters); where an engine label is
+// present, each engine's newest does.
 func runningAdapters(f *dto.MetricFamily) []string {
 	newest := map[string]*dto.Metric{}
 	for _, m := range f.GetMetric() {

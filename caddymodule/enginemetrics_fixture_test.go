@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddyserver/caddy/v2"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -238,5 +239,71 @@ func TestSimreplicaMatchesEngineFixtures(t *testing.T) {
 			assert.Equal(t, string(c.p), smp.engine)
 			assert.Equal(t, c.engines, smp.engines)
 		})
+	}
+}
+
+// vllmFamilies are the families vLLM's PrometheusStatLogger defines in its
+// default configuration with LoRA on (testdata/engines/README.md names the
+// source): counters and histograms as prometheus_client exposes them, with
+// their _created gauges.
+var vllmFamilies = struct{ gauges, counters, histograms []string }{
+	gauges: []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:engine_sleep_state",
+		"vllm:kv_cache_usage_perc", "vllm:lora_requests_info", "vllm:cache_config_info"},
+	counters: []string{"vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:external_prefix_cache_queries",
+		"vllm:external_prefix_cache_hits", "vllm:mm_cache_queries", "vllm:mm_cache_hits", "vllm:num_preemptions",
+		"vllm:prompt_tokens", "vllm:prompt_tokens_by_source", "vllm:prompt_tokens_cached",
+		"vllm:prompt_tokens_recomputed", "vllm:generation_tokens", "vllm:request_success"},
+	histograms: []string{"vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:iteration_tokens_total",
+		"vllm:request_max_num_generation_tokens", "vllm:request_params_n", "vllm:request_params_max_tokens",
+		"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+		"vllm:request_time_per_output_token_seconds", "vllm:e2e_request_latency_seconds",
+		"vllm:request_queue_time_seconds", "vllm:request_inference_time_seconds", "vllm:request_prefill_time_seconds",
+		"vllm:request_decode_time_seconds", "vllm:request_prefill_kv_computed_tokens"},
+}
+
+// TestVLLMFixtureHasEveryFamily keeps the vLLM fixture whole: every family
+// the logger defines, of its type, with a series per engine, counters and
+// histograms with their _created gauge, histograms ending at +Inf with a
+// count equal to it, and nothing the logger does not define.
+func TestVLLMFixtureHasEveryFamily(t *testing.T) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(mustRead(t, "testdata/engines/vllm_dp2.metrics")))
+	require.NoError(t, err)
+	want := map[string]dto.MetricType{}
+	for _, n := range vllmFamilies.gauges {
+		want[n] = dto.MetricType_GAUGE
+	}
+	for _, n := range vllmFamilies.counters {
+		want[n+"_total"], want[n+"_created"] = dto.MetricType_COUNTER, dto.MetricType_GAUGE
+	}
+	for _, n := range vllmFamilies.histograms {
+		want[n], want[n+"_created"] = dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE
+	}
+	require.Len(t, want, 62)
+	got := map[string]dto.MetricType{}
+	for name, f := range fams {
+		got[name] = f.GetType()
+	}
+	assert.Equal(t, want, got, "the logger's families, each of its type")
+	for name, f := range fams {
+		engines := map[string]bool{}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "engine" {
+					engines[l.GetValue()] = true
+				}
+			}
+			if h := m.GetHistogram(); h != nil {
+				b := h.GetBucket()
+				require.NotEmpty(t, b, name)
+				// The text parser drops the +Inf bucket into the count.
+				assert.LessOrEqual(t, b[len(b)-1].GetCumulativeCount(), h.GetSampleCount(), name)
+			}
+		}
+		if name == "vllm:lora_requests_info" {
+			assert.Empty(t, engines, "vLLM writes no engine label on lora_requests_info")
+			continue
+		}
+		assert.Len(t, engines, 2, "%s: one series per data-parallel engine", name)
 	}
 }

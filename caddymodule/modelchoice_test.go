@@ -148,7 +148,7 @@ func TestPreferRunningAdapter(t *testing.T) {
 	assert.Zero(t, preferRunningAdapter(view(), "", runs(0)))
 
 	s := parseFixture(t, "vllm_dp2.metrics")
-	assert.ElementsMatch(t, []string{"sql-lora", "chat-lora"}, s.adapters, "each engine's newest series")
+	assert.ElementsMatch(t, []string{"sql-lora", "chat-lora"}, s.adapters, "the newest series")
 	now := time.Now()
 	e := engineLoad{at: now, staleAfter: time.Second, adapters: "sql-lora,chat-lora"}
 	assert.True(t, e.runs(now, "chat-lora"))
