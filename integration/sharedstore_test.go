@@ -161,30 +161,34 @@ func gateways(t *testing.T, store string, rpm, n int) []*gateway {
 	return gs
 }
 
-// rpmThrough sends n requests of tenant rl, workers at once, through the
-// gateways in turn, and counts the answers by status.
-func rpmThrough(t *testing.T, gs []*gateway, n, workers int) map[int]int {
-	var mu sync.Mutex
-	got := map[int]int{}
+// fanOut calls each(g, i) for i in 0..n-1, workers at once, g the
+// gateways in turn.
+func fanOut(gs []*gateway, n, workers int, each func(g *gateway, i int)) {
 	var next atomic.Int32
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				r := gs[i%len(gs)].do(http.MethodPost, "/v1/chat/completions", chatFor("m", fmt.Sprintf("budget %d", i)), map[string]string{"Authorization": "Bearer sk-rl"})
-				mu.Lock()
-				got[r.status]++
-				mu.Unlock()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				each(gs[i%len(gs)], i)
 			}
 		}()
 	}
 	wg.Wait()
+}
+
+// rpmThrough sends n requests of tenant rl, workers at once, through the
+// gateways in turn, and counts the answers by status.
+func rpmThrough(t *testing.T, gs []*gateway, n, workers int) map[int]int {
+	var mu sync.Mutex
+	got := map[int]int{}
+	fanOut(gs, n, workers, func(g *gateway, i int) {
+		r := g.do(http.MethodPost, "/v1/chat/completions", chatFor("m", fmt.Sprintf("budget %d", i)), map[string]string{"Authorization": "Bearer sk-rl"})
+		mu.Lock()
+		got[r.status]++
+		mu.Unlock()
+	})
 	return got
 }
 
@@ -194,41 +198,28 @@ func rpmThrough(t *testing.T, gs []*gateway, n, workers int) map[int]int {
 // the most one used, and how many got anything but 200 or 429.
 func tpmThrough(t *testing.T, gs []*gateway, n, workers int) (used, admitted, most, other int) {
 	var mu sync.Mutex
-	var next atomic.Int32
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				prompt := strings.Repeat(fmt.Sprintf("tokens %d ", i), 80)
-				r := gs[i%len(gs)].do(http.MethodPost, "/v1/chat/completions", chatFor("m", prompt), map[string]string{"Authorization": "Bearer sk-tp"})
-				var u struct {
-					Usage struct {
-						TotalTokens int `json:"total_tokens"`
-					} `json:"usage"`
-				}
-				mu.Lock()
-				switch r.status {
-				case http.StatusOK:
-					assert.NoError(t, json.Unmarshal(r.body, &u))
-					assert.Positive(t, u.Usage.TotalTokens, "the engine reports usage")
-					used += u.Usage.TotalTokens
-					most = max(most, u.Usage.TotalTokens)
-					admitted++
-				case http.StatusTooManyRequests:
-				default:
-					other++
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	fanOut(gs, n, workers, func(g *gateway, i int) {
+		prompt := strings.Repeat(fmt.Sprintf("tokens %d ", i), 80)
+		r := g.do(http.MethodPost, "/v1/chat/completions", chatFor("m", prompt), map[string]string{"Authorization": "Bearer sk-tp"})
+		var u struct {
+			Usage struct {
+				TotalTokens int `json:"total_tokens"`
+			} `json:"usage"`
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch r.status {
+		case http.StatusOK:
+			assert.NoError(t, json.Unmarshal(r.body, &u))
+			assert.Positive(t, u.Usage.TotalTokens, "the engine reports usage")
+			used += u.Usage.TotalTokens
+			most = max(most, u.Usage.TotalTokens)
+			admitted++
+		case http.StatusTooManyRequests:
+		default:
+			other++
+		}
+	})
 	return used, admitted, most, other
 }
 
