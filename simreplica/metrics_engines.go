@@ -103,9 +103,16 @@ func (c *sglangCollector) Collect(ch chan<- prometheus.Metric) {
 	g(c.queue, float64(w.Waiting))
 	g(c.usage, w.KVUsage)
 	g(c.maxTokens, float64(st.NumBlocks*st.BlockSize))
-	cnt(c.promptTok, float64(st.PromptTokens))
-	cnt(c.cachedTok, float64(st.PrefixCacheHits))
-	cnt(c.genTok, float64(st.GenerationTokens))
+	// SGLang's tokenizer creates a counter's series at its first increment
+	// (multiprocess mode exports nothing before), and adds cached tokens
+	// only when a request had some.
+	if st.PromptTokens > 0 {
+		cnt(c.promptTok, float64(st.PromptTokens))
+		cnt(c.genTok, float64(st.GenerationTokens))
+	}
+	if st.PrefixCacheHits > 0 {
+		cnt(c.cachedTok, float64(st.PrefixCacheHits))
+	}
 }
 
 // llamaCollector writes llama.cpp's server metrics.
