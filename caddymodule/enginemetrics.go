@@ -42,13 +42,13 @@ var (
 	tokenCapacityNames = []string{"sglang:max_total_num_tokens", "sglang_max_total_num_tokens"}
 )
 
-// rankLabels name a series' tensor and pipeline rank: SGLang writes one
-// scheduler's figures once per rank, duplicates of one engine, while its
+// rankLabels name a series' tensor, pipeline and expert rank: SGLang writes
+// one scheduler's figures once per rank, duplicates of one engine, while its
 // dp_rank and vLLM's engine label name engines of their own.
-var rankLabels = map[string]bool{"tp_rank": true, "pp_rank": true}
+var rankLabels = map[string]bool{"tp_rank": true, "pp_rank": true, "moe_ep_rank": true}
 
 // engineKey names the engine a series belongs to: its labels but the
-// tensor and pipeline ranks and skip, in the exposition's (sorted) order.
+// ranks and skip, in the exposition's (sorted) order.
 func engineKey(m *dto.Metric, skip string) string {
 	var key strings.Builder
 	for _, l := range m.GetLabel() {
@@ -63,8 +63,8 @@ func engineKey(m *dto.Metric, skip string) string {
 }
 
 // perEngine returns a family's value per engine: series that differ only
-// in their tensor or pipeline rank are one engine's (the largest of their
-// values, since pipeline stages may each count their part).
+// in their ranks are one engine's (the largest of their values, since
+// pipeline stages may each count their part).
 func perEngine(f *dto.MetricFamily) map[string]float64 {
 	out := make(map[string]float64, len(f.GetMetric()))
 	for _, m := range f.GetMetric() {

@@ -244,15 +244,16 @@ func TestSimreplicaMatchesEngineFixtures(t *testing.T) {
 
 // vllmFamilies are the families vLLM's PrometheusStatLogger defines in its
 // default configuration with LoRA on (testdata/engines/README.md names the
-// source): counters and histograms as prometheus_client exposes them, with
-// their _created gauges.
+// source and its commit): 7 gauges, 12 counters and 15 histograms, the
+// counters and histograms as prometheus_client exposes them, with their
+// _created gauges.
 var vllmFamilies = struct{ gauges, counters, histograms []string }{
-	gauges: []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:engine_sleep_state",
-		"vllm:kv_cache_usage_perc", "vllm:lora_requests_info", "vllm:cache_config_info"},
+	gauges: []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_requests_waiting_by_reason",
+		"vllm:engine_sleep_state", "vllm:kv_cache_usage_perc", "vllm:lora_requests_info", "vllm:cache_config_info"},
 	counters: []string{"vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:external_prefix_cache_queries",
 		"vllm:external_prefix_cache_hits", "vllm:mm_cache_queries", "vllm:mm_cache_hits", "vllm:num_preemptions",
 		"vllm:prompt_tokens", "vllm:prompt_tokens_by_source", "vllm:prompt_tokens_cached",
-		"vllm:prompt_tokens_recomputed", "vllm:generation_tokens", "vllm:request_success"},
+		"vllm:generation_tokens", "vllm:request_success"},
 	histograms: []string{"vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:iteration_tokens_total",
 		"vllm:request_max_num_generation_tokens", "vllm:request_params_n", "vllm:request_params_max_tokens",
 		"vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
@@ -279,7 +280,7 @@ func TestVLLMFixtureHasEveryFamily(t *testing.T) {
 	for _, n := range vllmFamilies.histograms {
 		want[n], want[n+"_created"] = dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE
 	}
-	require.Len(t, want, 62)
+	require.Len(t, want, 34+12+15, "34 families and the 27 _created gauges of their counters and histograms")
 	got := map[string]dto.MetricType{}
 	for name, f := range fams {
 		got[name] = f.GetType()

@@ -332,11 +332,15 @@ type EngineCache struct {
 // Engine applies one scrape of the engine's metrics: the cache size caps
 // the index, and a prefix-cache counter lower than the last one means the
 // engine restarted with an empty cache, so the index is purged (reported
-// as true).
+// as true). A scrape without the counter keeps the last one: SGLang
+// exports its counters only once first written, so a restarted engine's
+// are absent until its first request.
 func (b *Belief) Engine(e EngineCache) (purged bool) {
 	b.mu.Lock()
 	restarted := b.lastQueries > 0 && e.PrefixQueries >= 0 && e.PrefixQueries < b.lastQueries
-	b.lastQueries = e.PrefixQueries
+	if e.PrefixQueries >= 0 {
+		b.lastQueries = e.PrefixQueries
+	}
 	sized := e.NumBlocks > 0 && e.BlockTokens > 0
 	if sized {
 		b.engineBytes = e.NumBlocks * e.BlockTokens * BytesPerToken

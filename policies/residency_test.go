@@ -171,6 +171,7 @@ func TestBeliefEngineCounters(t *testing.T) {
 		{"reset to zero", []float64{10, 0}, 1},
 		{"no counter", []float64{-1, -1, -1}, -1},
 		{"counter appears", []float64{-1, 5, 3}, 2},
+		{"counter absent after a restart", []float64{10, 20, -1, 5}, 3},
 		{"first sample zero", []float64{0, 0}, -1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,8 +1,6 @@
 package simreplica
 
 import (
-	"strconv"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -51,11 +49,8 @@ func newEngineCollector(s *Server) *engineCollector {
 		promptTok: d(metricPromptTokens, "Number of prefill tokens processed."),
 		genTok:    d(metricGenTokens, "Number of generation tokens processed."),
 		preempt:   d(metricPreemptions, "Cumulative number of preemption from the engine."),
-		// CacheConfig.metrics_info(): the config's fields, as vLLM labels them.
-		cacheConfig: prometheus.NewDesc(metricCacheConfig, "Information of the LLMEngine CacheConfig",
-			[]string{"block_size", "cache_dtype", "calculate_kv_scales", "cpu_offload_gb", "enable_prefix_caching", "engine",
-				"gpu_memory_utilization", "is_attention_free", "num_cpu_blocks", "num_gpu_blocks", "num_gpu_blocks_override",
-				"prefix_caching_hash_algo", "sliding_window", "swap_space"}, nil),
+		// CacheConfig.metrics_info(): every field of the config, as vLLM labels them.
+		cacheConfig:  prometheus.NewDesc(metricCacheConfig, "Information of the LLMEngine CacheConfig", cacheConfigLabels(), nil),
 		cachedBlocks: d(metricCachedBlocks, "KV blocks holding reusable prefix content (simulator only)."),
 		evictions:    d(metricEvictions, "Cached KV blocks evicted (simulator only)."),
 		busy:         d(metricBusy, "Modelled engine step time, summed (simulator only)."),
@@ -92,8 +87,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		cnt(c.genTok, int(st.GenerationTokens))
 		cnt(c.preempt, int(st.Preemptions))
 		ch <- prometheus.MustNewConstMetric(c.cacheConfig, prometheus.GaugeValue, 1,
-			strconv.Itoa(st.BlockSize), "auto", "False", "0", "True", engineLabel(e), "0.9", "False", "None",
-			strconv.Itoa(engineSplit(st.NumBlocks, e, c.dp)), "None", "sha256", "None", "4")
+			cacheConfigValues(st.BlockSize, engineSplit(st.NumBlocks, e, c.dp), e)...)
 		g(c.cachedBlocks, float64(engineSplit(st.CachedBlocks, e, c.dp)))
 		cnt(c.evictions, int(st.Evictions))
 		g(c.busy, st.BusyTime.Seconds()/float64(c.dp))

@@ -16,10 +16,12 @@ import (
 //   - vLLM with data parallelism (Config.DataParallel): one series per
 //     engine, the engine label 0..N-1; the one simulated engine's figures
 //     are split over them so that counts sum and KV usage averages to it;
-//   - SGLang (--enable-metrics): sglang:* names, labels {engine_type,
-//     model_name, pp_rank, tp_rank}, and gauges that lag: written at a
-//     prefill (a new prompt since the last write) and otherwise only every
-//     sglangIdleWrite, so a scrape may read figures that old;
+//   - SGLang (--enable-metrics): sglang:* names; the scheduler's gauges
+//     labelled {engine_type, model_name, moe_ep_rank, pp_rank, tp_rank} and
+//     lagging: written at a prefill (a new prompt since the last write) and
+//     otherwise only every sglangIdleWrite, so a scrape may read figures
+//     that old; the token counters are the tokenizer's, labelled
+//     {model_name} only (collector.py: TokenizerMetricsCollector);
 //   - llama.cpp (--metrics): llamacpp:* names, no labels, and /metrics
 //     behind Config.APIKey when one is set (server.go).
 
@@ -37,6 +39,10 @@ func engineSplit(v, e, n int) int {
 	return s
 }
 
+// sglangSchedulerLabels are the labels of SGLang's scheduler metrics
+// (scheduler_metrics_mixin.py) without data parallelism.
+var sglangSchedulerLabels = []string{"engine_type", "model_name", "moe_ep_rank", "pp_rank", "tp_rank"}
+
 // sglangCollector writes SGLang's metrics.
 type sglangCollector struct {
 	s   *Server
@@ -51,16 +57,20 @@ type sglangCollector struct {
 }
 
 func newSGLangCollector(s *Server) *sglangCollector {
-	vl := []string{"engine_type", "model_name", "pp_rank", "tp_rank"}
-	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, vl, nil) }
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, sglangSchedulerLabels, nil)
+	}
+	t := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, []string{"model_name"}, nil)
+	}
 	return &sglangCollector{s: s, now: time.Now,
 		running:   d("sglang:num_running_reqs", "The number of running requests."),
 		queue:     d("sglang:num_queue_reqs", "The number of requests in the waiting queue."),
 		usage:     d("sglang:token_usage", "The token usage."),
 		maxTokens: d("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool."),
-		promptTok: d("sglang:prompt_tokens_total", "Number of prefill tokens processed."),
-		cachedTok: d("sglang:cached_tokens_total", "Number of cached prompt tokens."),
-		genTok:    d("sglang:generation_tokens_total", "Number of generation tokens processed."),
+		promptTok: t("sglang:prompt_tokens_total", "Number of prefill tokens processed."),
+		cachedTok: t("sglang:cached_tokens_total", "Number of cached prompt tokens."),
+		genTok:    t("sglang:generation_tokens_total", "Number of generation tokens processed."),
 	}
 }
 
@@ -82,20 +92,27 @@ func (c *sglangCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	w := c.written
 	c.mu.Unlock()
-	labels := []string{"unified", c.s.cfg.Model, "0", "0"}
+	labels := []string{"unified", c.s.cfg.Model, "0", "0", "0"}
 	g := func(d *prometheus.Desc, v float64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	cnt := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, c.s.cfg.Model)
 	}
 	g(c.running, float64(w.Running))
 	g(c.queue, float64(w.Waiting))
 	g(c.usage, w.KVUsage)
 	g(c.maxTokens, float64(st.NumBlocks*st.BlockSize))
-	cnt(c.promptTok, float64(st.PromptTokens))
-	cnt(c.cachedTok, float64(st.PrefixCacheHits))
-	cnt(c.genTok, float64(st.GenerationTokens))
+	// SGLang's tokenizer creates a counter's series at its first increment
+	// (multiprocess mode exports nothing before), and adds cached tokens
+	// only when a request had some.
+	if st.PromptTokens > 0 {
+		cnt(c.promptTok, float64(st.PromptTokens))
+		cnt(c.genTok, float64(st.GenerationTokens))
+	}
+	if st.PrefixCacheHits > 0 {
+		cnt(c.cachedTok, float64(st.PrefixCacheHits))
+	}
 }
 
 // llamaCollector writes llama.cpp's server metrics.

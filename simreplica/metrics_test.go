@@ -99,3 +99,40 @@ func engineWithBlocks(n int) engineConfig {
 	c.NumBlocks = n
 	return c
 }
+
+// TestSGLangTokenizerCounters proves the SGLang personality writes the
+// tokenizer's token counters as SGLang does: one series labelled by model
+// only, absent until first written, cached tokens only once a request had
+// some.
+func TestSGLangTokenizerCounters(t *testing.T) {
+	r := startReplica(t, Config{Model: "mm", Personality: SGLang, Engine: engineWithBlocks(300)})
+	fams := scrape(t, r)
+	assert.NotContains(t, fams, "sglang:prompt_tokens_total", "no request yet")
+	assert.NotContains(t, fams, "sglang:cached_tokens_total", "no request yet")
+	assert.Contains(t, fams, "sglang:num_running_reqs")
+
+	prompt := longText(7, 300)
+	var promptTokens, cachedTokens int
+	post := func() {
+		resp, err := r.post(t, context.Background(), pathCompletions, map[string]any{"model": "m", "prompt": prompt, "max_tokens": 4})
+		require.NoError(t, err)
+		c := decodeCompletion(t, resp)
+		promptTokens += c.Usage.PromptTokens
+		cachedTokens += c.Usage.PromptTokensDetails.CachedTokens
+	}
+	post()
+	require.Zero(t, cachedTokens, "a cold prompt")
+	fams = scrape(t, r)
+	model := map[string]string{"model_name": "mm"}
+	assert.EqualValues(t, promptTokens, value(t, fams, "sglang:prompt_tokens_total", dto.MetricType_COUNTER, model))
+	assert.NotContains(t, fams, "sglang:cached_tokens_total", "nothing cached yet")
+	for _, m := range fams["sglang:prompt_tokens_total"].GetMetric() {
+		assert.Len(t, m.GetLabel(), 1, "the tokenizer labels by model only")
+	}
+
+	post()
+	require.Positive(t, cachedTokens)
+	fams = scrape(t, r)
+	assert.EqualValues(t, cachedTokens, value(t, fams, "sglang:cached_tokens_total", dto.MetricType_COUNTER, model))
+	assert.EqualValues(t, 8, value(t, fams, "sglang:generation_tokens_total", dto.MetricType_COUNTER, model))
+}
