@@ -65,7 +65,7 @@ func (s *storeServer) waitValue(t *testing.T, pattern, value string) {
 func sharedSite(store string, ups []string, rpm int) string {
 	shared := ""
 	if store != "" {
-		shared = fmt.Sprintf("\t\tshared_store redis://%s {\n\t\t\tkey_prefix it:\n\t\t\ttimeout 100ms\n\t\t}\n", store)
+		shared = fmt.Sprintf("\t\tshared_store redis://%s {\n\t\t\tkey_prefix it:\n\t\t\ttimeout 1s\n\t\t}\n", store)
 	}
 	return fmt.Sprintf(`	llm_route {
 		replica_header X-LLMRoute-Replica
@@ -378,7 +378,7 @@ func TestSharedStoreTenantInFlight(t *testing.T) {
 	cfg := baseConfig()
 	cfg.MaxInFlight, cfg.QueueSize = 16, 64
 	cfg.Tenants = []string{
-		fmt.Sprintf("shared_store redis://%s {\n\tkey_prefix inflight:\n}", srv.addr()),
+		fmt.Sprintf("shared_store redis://%s {\n\tkey_prefix inflight:\n\ttimeout 2s\n}", srv.addr()),
 		"tenant lz {\n\tkeys sk-lz\n\tmax_in_flight 3\n}",
 	}
 	e := newEnv(t, 1, nil, cfg)
@@ -420,7 +420,9 @@ func TestSharedStoreSessionMoves(t *testing.T) {
 			cfg := baseConfig()
 			cfg.Strategy, cfg.MaxInFlight = "prefix_load", 2
 			if shared {
-				cfg.Tenants = []string{fmt.Sprintf("shared_store redis://%s {\n\tkey_prefix sess:\n}", srv.addr())}
+				// A timeout a loaded machine cannot reach: this case is about
+				// the move, not the fallback (TestSharedStoreOutage's).
+				cfg.Tenants = []string{fmt.Sprintf("shared_store redis://%s {\n\tkey_prefix sess:\n\ttimeout 2s\n}", srv.addr())}
 			}
 			e := newEnv(t, 2, nil, cfg)
 			eb := &env{t: t, tracker: e.tracker, results: map[string]*result{}}
@@ -482,7 +484,7 @@ func TestSharedStoreCrashedInstanceLeases(t *testing.T) {
 	cfg := baseConfig()
 	cfg.MaxInFlight, cfg.QueueSize = 16, 64
 	cfg.Tenants = []string{
-		fmt.Sprintf("shared_store redis://%s {\n\tkey_prefix crash:\n}", srv.addr()),
+		fmt.Sprintf("shared_store redis://%s {\n\tkey_prefix crash:\n\ttimeout 2s\n}", srv.addr()),
 		"tenant lz {\n\tkeys sk-lz\n\tmax_in_flight 2\n}",
 	}
 	e := newEnv(t, 1, nil, cfg)
