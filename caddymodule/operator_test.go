@@ -176,7 +176,10 @@ func TestMetricsAndLogFieldsThroughCaddy(t *testing.T) {
 	other := genAISeriesOf(genAIKey{otherModel, "chat", "default"})
 	other0, _ := histogramOf(t, other.duration)
 
-	const session, prompt = "session-operator-7", "the secret prompt text"
+	// A session of this run only: the session table outlives a config,
+	// and a run repeated in one process (-count) would find the last
+	// run's home gone and log session_moved.
+	session, prompt := fmt.Sprintf("session-operator-%d", time.Now().UnixNano()), "the secret prompt text"
 	for range 2 {
 		req, err := http.NewRequest(http.MethodPost, r.url("/v1/chat/completions"), strings.NewReader(chatBody(prompt, "hi", true)))
 		require.NoError(t, err)
