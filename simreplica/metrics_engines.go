@@ -87,8 +87,15 @@ func (c *sglangCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.s.drv.stats()
 	now := c.now()
 	c.mu.Lock()
-	if c.at.IsZero() || st.PromptTokens != c.prompts || now.Sub(c.at) >= sglangIdleWrite {
+	switch {
+	case st.PromptTokens != c.prompts:
+		// SGLang wrote at the prefill batch of the prompts that came since
+		// the last write, which were running then: a burst that has ended
+		// reads busy until the next write, as on the engine.
 		c.written, c.at, c.prompts = st, now, st.PromptTokens
+		c.written.Running = max(st.Running, 1)
+	case c.at.IsZero() || now.Sub(c.at) >= sglangIdleWrite:
+		c.written, c.at = st, now
 	}
 	w := c.written
 	c.mu.Unlock()

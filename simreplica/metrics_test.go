@@ -136,3 +136,22 @@ func TestSGLangTokenizerCounters(t *testing.T) {
 	assert.EqualValues(t, cachedTokens, value(t, fams, "sglang:cached_tokens_total", dto.MetricType_COUNTER, model))
 	assert.EqualValues(t, 8, value(t, fams, "sglang:generation_tokens_total", dto.MetricType_COUNTER, model))
 }
+
+// TestSGLangGaugesReadBusyAfterABurst proves the SGLang personality's
+// gauges lag as SGLang's do: written at the prefill of a new prompt, when
+// that prompt was running, they read one running request after it ended,
+// until the next write; an idle start reads zero.
+func TestSGLangGaugesReadBusyAfterABurst(t *testing.T) {
+	r := startReplica(t, Config{Model: "mm", Personality: SGLang, Engine: engineWithBlocks(300)})
+	labels := map[string]string{"model_name": "mm"}
+	fams := scrape(t, r)
+	assert.Zero(t, value(t, fams, "sglang:num_running_reqs", dto.MetricType_GAUGE, labels), "idle before any prompt")
+	resp, err := r.post(t, context.Background(), pathCompletions, map[string]any{"model": "m", "prompt": longText(3, 200), "max_tokens": 2})
+	require.NoError(t, err)
+	decodeCompletion(t, resp) // the answer has ended: the engine runs nothing now
+	for range 2 {
+		fams = scrape(t, r)
+		assert.EqualValues(t, 1, value(t, fams, "sglang:num_running_reqs", dto.MetricType_GAUGE, labels),
+			"written at the prompt's prefill, while it ran")
+	}
+}
