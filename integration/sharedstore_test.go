@@ -369,44 +369,57 @@ func adminState(t *testing.T, g *gateway) stateapi.State {
 }
 
 // TestSharedStoreTenantInFlight proves a tenant's max_in_flight holds
-// across two instances: 12 slow streams of a tenant capped at 3, six
-// through each instance at once, all served, never more than 3 at the
-// replica at a time (instances that share nothing allow 3 each), and
-// the harness's leak checks pass on both.
+// across two and four instances: 12 slow streams of a tenant capped at
+// 3, spread over the instances at once, all served, never more than 3 at
+// the replica at a time (instances that share nothing allow 3 each), and
+// the harness's leak checks pass on every instance.
 func TestSharedStoreTenantInFlight(t *testing.T) {
 	srv := startStore(t)
-	cfg := baseConfig()
-	cfg.MaxInFlight, cfg.QueueSize = 16, 64
-	cfg.Tenants = []string{
-		fmt.Sprintf("shared_store redis://%s {\n\tkey_prefix inflight:\n\ttimeout 2s\n}", srv.addr()),
-		"tenant lz {\n\tkeys sk-lz\n\tmax_in_flight 3\n}",
+	// peakThrough sends 12 slow streams of the tenant over instances of
+	// one config and returns how many were served and the most the
+	// replica ran at once.
+	peakThrough := func(t *testing.T, instances int, tenants []string) (served int32, peak int) {
+		cfg := baseConfig()
+		cfg.MaxInFlight, cfg.QueueSize, cfg.Tenants = 16, 64, tenants
+		e := newEnv(t, 1, nil, cfg)
+		gs := []*env{e}
+		for len(gs) < instances {
+			g := &env{t: t, tracker: e.tracker, results: map[string]*result{}}
+			g.start(e.cfg)
+			t.Cleanup(g.afterCase)
+			gs = append(gs, g)
+		}
+		hdr := map[string]string{"Authorization": "Bearer sk-lz", "X-Fake-Fault": "slow", "X-Fake-Delay": "40ms"}
+		var wg sync.WaitGroup
+		var okCount atomic.Int32
+		for i := range 12 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res := gs[i%len(gs)].do(newID(t), chatBody(true, false, fmt.Sprintf("capped %d", i)), hdr)
+				if res.Status == http.StatusOK && res.SawDone {
+					okCount.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		return okCount.Load(), e.tracker.MaxConcurrent(e.rep(0).Addr())
 	}
-	e := newEnv(t, 1, nil, cfg)
-	eb := &env{t: t, tracker: e.tracker, results: map[string]*result{}}
-	eb.start(e.cfg)
-	t.Cleanup(eb.afterCase)
-	hdr := map[string]string{"Authorization": "Bearer sk-lz", "X-Fake-Fault": "slow", "X-Fake-Delay": "40ms"}
-	var wg sync.WaitGroup
-	var okCount atomic.Int32
-	for i := range 12 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g := e
-			if i%2 == 1 {
-				g = eb
-			}
-			res := g.do(newID(t), chatBody(true, false, fmt.Sprintf("capped %d", i)), hdr)
-			if res.Status == http.StatusOK && res.SawDone {
-				okCount.Add(1)
-			}
-		}()
+	const tenant = "tenant lz {\n\tkeys sk-lz\n\tmax_in_flight 3\n}"
+	for _, instances := range []int{2, 4} {
+		t.Run(fmt.Sprintf("instances_%d", instances), func(t *testing.T) {
+			store := fmt.Sprintf("shared_store redis://%s {\n\tkey_prefix inflight%d:\n\ttimeout 2s\n}", srv.addr(), instances)
+			served, peak := peakThrough(t, instances, []string{store, tenant})
+			t.Logf("12 streams of a tenant capped at 3 through %d instances: %d served, at most %d at once", instances, served, peak)
+			assert.Equal(t, int32(12), served, "every request served")
+			assert.Equal(t, 3, peak, "the cap, across the instances")
+
+			served, peak = peakThrough(t, instances, []string{tenant})
+			t.Logf("the same without the store: %d served, at most %d at once", served, peak)
+			assert.Equal(t, int32(12), served)
+			assert.Greater(t, peak, 3, "the control: each instance allows the cap on its own")
+		})
 	}
-	wg.Wait()
-	peak := e.tracker.MaxConcurrent(e.rep(0).Addr())
-	t.Logf("12 streams of a tenant capped at 3 through 2 instances: %d served, at most %d at once", okCount.Load(), peak)
-	assert.Equal(t, int32(12), okCount.Load(), "every request served")
-	assert.Equal(t, 3, peak, "the cap, across both instances")
 }
 
 // TestSharedStoreSessionMoves proves a session moved through one
