@@ -14,6 +14,9 @@ type candidates struct {
 	bound, cold Bound
 	// hk is the key the prefix's home is ranked and recorded by.
 	hk uint64
+	// shared says sharedRun deepened the leading run: what the request
+	// matches is what the replicas hold in common.
+	shared bool
 
 	// best is the candidate with the longest believed match (bestMatch
 	// blocks), ties to the higher rank; warm says that match counts.
@@ -62,7 +65,7 @@ func (c *candidates) survey() {
 		}
 	}
 	if lead := c.sharedRun(second); lead > c.keys.LeadingBlocks {
-		c.keys.LeadingBlocks = lead
+		c.keys.LeadingBlocks, c.shared = lead, true
 		c.hk = c.keys.Blocks[lead]
 	} else {
 		c.hk = HomeKey(c.keys)

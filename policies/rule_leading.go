@@ -9,11 +9,22 @@ package policies
 // rendezvous home, where the other routers send it; any other stays where
 // the index says, so that a replica that joins does not pull warm
 // prefixes away from their cache.
+//
+// A match of only what the replicas hold in common (sharedRun) with no
+// recorded home passes when this router follows the homes it records (a
+// Directory, or no peers): past the shared run the request is new, and
+// the new-prefix rules place it by load and record its home, which the
+// conversation's later requests (through any router of a Directory)
+// follow. With peers and no Directory it stays with the rank, on which
+// the other routers agree.
 func (c *candidates) followLeading() (int, int, bool) {
 	if !c.warm {
 		return -1, 0, false
 	}
 	c.recall()
+	if c.shared && c.known == "" && c.trusted() {
+		return -1, 0, false
+	}
 	switch {
 	case c.at >= 0 && c.bound.Admits(&c.replicas[c.at]):
 		return c.at, c.matchAt(c.at), true

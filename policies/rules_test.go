@@ -120,6 +120,48 @@ func TestFollowLeading(t *testing.T) {
 	}, (*candidates).followLeading)
 }
 
+// TestFollowLeadingSharedRun: a match of only what two replicas hold in
+// common, with no recorded home, passes for a router that follows its
+// homes (a new prefix past the shared run, placed by load), goes home
+// when it has one, and with peers and no Directory stays with the rank
+// of its own opening.
+func TestFollowLeadingSharedRun(t *testing.T) {
+	held := func(rs []Replica) (a, b int) {
+		insert(&rs[1], ruleKeys.Blocks[:2])
+		insert(&rs[3], ruleKeys.Blocks[:2])
+		return 1, 3
+	}
+	t.Run("alone, no home: passes", func(t *testing.T) {
+		rs := replicas(6)
+		held(rs)
+		c := surveyed(t, Options{Peers: PeersNone}, ruleKeys, rs)
+		require.True(t, c.shared, "two replicas hold two blocks: a shared run past the leading one")
+		_, _, ok := c.followLeading()
+		assert.False(t, ok)
+	})
+	t.Run("alone, its home", func(t *testing.T) {
+		rs := replicas(6)
+		held(rs)
+		c := surveyed(t, Options{Peers: PeersNone}, ruleKeys, rs)
+		c.mem.own.Claim(c.hk, rs[5].Addr)
+		i, _, ok := c.followLeading()
+		assert.True(t, ok)
+		assert.Equal(t, 5, i)
+	})
+	t.Run("with peers, no home: the rank of its own opening", func(t *testing.T) {
+		rs := replicas(6)
+		a, b := held(rs)
+		c := surveyed(t, Options{Peers: PeersSome}, ruleKeys, rs)
+		want := a
+		if rs[b].rank(ruleKeys.Blocks[2]) > rs[a].rank(ruleKeys.Blocks[2]) {
+			want = b
+		}
+		i, _, ok := c.followLeading()
+		assert.True(t, ok)
+		assert.Equal(t, want, i)
+	})
+}
+
 // TestReturnHome: a prefix with a recorded home goes there within the cold
 // bound, else to the rendezvous home; one without passes.
 func TestReturnHome(t *testing.T) {
