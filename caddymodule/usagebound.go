@@ -1,12 +1,12 @@
 package caddymodule
 
 import (
-	"bytes"
 	"math"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/llmroute/caddy-llmroute/internal/jsonscan"
+	"github.com/llmroute/caddy-llmroute/internal/wordscan"
 )
 
 // Engine-reported usage is bounded by what the request could have used
@@ -45,20 +45,27 @@ type usageBound struct {
 	maxOutput int64
 }
 
-// mediaWords are what a body naming a media part contains.
-var mediaWords = [][]byte{[]byte("image"), []byte("audio"), []byte("video"), []byte(`"file`)}
+// boundWords are the words boundOf looks for: what a body naming a media
+// part contains (the first four, mediaWords), and what one naming an
+// output limit does (limitWord).
+var boundWords = wordscan.NewSet("image", "audio", "video", `"file`, `"max_`)
 
-// boundOf reads the bound of a request body. Only a body that names a
-// limit ("max_...") is scanned for it, once, over its top level.
+const (
+	mediaWords = 0b01111
+	limitWord  = 0b10000
+)
+
+// boundOf reads the bound of a request body. Its words are looked for in
+// one pass (wordscan: every word's first byte is frequent in a body, and
+// a search a word stops at each); only a body that names a limit
+// ("max_...") is scanned for it, once, over its top level.
 func boundOf(body []byte) usageBound {
 	b := usageBound{prompt: float64(len(body)) + promptSlack}
-	for _, w := range mediaWords {
-		if bytes.Contains(body, w) {
-			b.prompt += mediaSlack
-			break
-		}
+	words := wordscan.Occur(body, boundWords, mediaWords|limitWord)
+	if words&mediaWords != 0 {
+		b.prompt += mediaSlack
 	}
-	if !bytes.Contains(body, []byte(`"max_`)) {
+	if words&limitWord == 0 {
 		return b
 	}
 	s := jsonscan.New(body)
