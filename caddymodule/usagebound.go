@@ -5,7 +5,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/llmroute/caddy-llmroute/internal/jsonscan"
 	"github.com/llmroute/caddy-llmroute/internal/wordscan"
 )
 
@@ -45,54 +44,20 @@ type usageBound struct {
 	maxOutput int64
 }
 
-// boundWords are the words boundOf looks for: what a body naming a media
-// part contains (the first four, mediaWords), and what one naming an
-// output limit does (limitWord).
-var boundWords = wordscan.NewSet("image", "audio", "video", `"file`, `"max_`)
+// mediaWords are what a body naming a media part contains.
+var mediaWords = wordscan.NewSet("image", "audio", "video", `"file`)
 
-const (
-	mediaWords = 0b01111
-	limitWord  = 0b10000
-)
-
-// boundOf reads the bound of a request body. Its words are looked for in
-// one pass (wordscan: every word's first byte is frequent in a body, and
-// a search a word stops at each); only a body that names a limit
-// ("max_...") is scanned for it, once, over its top level.
-func boundOf(body []byte) usageBound {
-	b := usageBound{prompt: float64(len(body)) + promptSlack}
-	words := wordscan.Occur(body, boundWords, mediaWords|limitWord)
-	if words&mediaWords != 0 {
+// boundOf reads the bound of a request body whose output limit the parse
+// read (policies.Request.OutputLimit). The media words are looked for in
+// one pass (wordscan: each one's first byte is frequent in a body, and a
+// search for a word stops at each).
+func boundOf(body []byte, outputLimit int64) usageBound {
+	b := usageBound{prompt: float64(len(body)) + promptSlack, maxOutput: outputLimit}
+	if wordscan.Contains(body, mediaWords) {
 		b.prompt += mediaSlack
-	}
-	if words&limitWord == 0 {
-		return b
-	}
-	s := jsonscan.New(body)
-	var limit, choices int64 = 0, 1
-	_ = s.Object(outputLimitFields, func(i int) bool {
-		if n, ok := s.Int(); ok && n > 0 {
-			if i < 3 {
-				limit = max(limit, n)
-			} else {
-				choices = max(choices, n)
-			}
-			return true
-		}
-		_, ok := s.Skip()
-		return ok
-	})
-	if limit > 0 && choices < math.MaxInt64/limit {
-		b.maxOutput = limit * choices
 	}
 	return b
 }
-
-// outputLimitFields are the request fields that bound the output: the
-// limit of one choice (chat's, old and new, and Anthropic's max_tokens;
-// the Responses API's max_output_tokens), then how many choices are
-// generated (n; best_of on completions).
-var outputLimitFields = []string{"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of"}
 
 // limit is the most tokens the request could have used, with answerBytes
 // of answer relayed.

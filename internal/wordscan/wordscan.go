@@ -1,5 +1,5 @@
-// Package wordscan tells which of a few short words a large buffer holds,
-// in one pass over it: a request body is searched for several words
+// Package wordscan tells whether a large buffer holds any of a few short
+// words, in one pass over it: a request body is searched for several words
 // whose first bytes are frequent in JSON and prose (a quote, an 'i', an
 // 'a'), where one bytes.Contains a word stops at every such byte.
 package wordscan
@@ -9,7 +9,7 @@ import "bytes"
 // MaxWords is how many words a Set holds.
 const MaxWords = 5
 
-// Set is a set of words, each of two bytes or more, for Occur.
+// Set is a set of words, each of two bytes or more, for Contains.
 type Set struct {
 	words []string
 	// pairs holds each word's first two bytes, the last word's repeated
@@ -34,39 +34,34 @@ func NewSet(words ...string) *Set {
 	return s
 }
 
-// Occur returns the words of s that b holds, bit i for s's word i, having
-// looked for those of want only (a word outside it may be set or not): it
-// stops once every word of want is found.
-func Occur(b []byte, s *Set, want uint32) uint32 {
+// Contains reports whether b holds a word of s.
+func Contains(b []byte, s *Set) bool {
 	if !simdPairs {
-		return occurEach(b, s, want)
+		return containsEach(b, s)
 	}
-	var got uint32
-	for i := 0; i+1 < len(b) && got&want != want; {
+	for i := 0; i+1 < len(b); i++ {
 		k := indexPair(b[i:], &s.pairs)
 		if k < 0 {
-			break
+			return false
 		}
 		i += k
-		for w, word := range s.words {
+		for _, word := range s.words {
 			if bytes.HasPrefix(b[i:], []byte(word)) {
-				got |= 1 << w
+				return true
 			}
 		}
-		i++
 	}
-	return got
+	return false
 }
 
-// occurEach is Occur one bytes.Contains a word.
-func occurEach(b []byte, s *Set, want uint32) uint32 {
-	var got uint32
-	for w, word := range s.words {
-		if want&(1<<w) != 0 && bytes.Contains(b, []byte(word)) {
-			got |= 1 << w
+// containsEach is Contains one bytes.Contains a word.
+func containsEach(b []byte, s *Set) bool {
+	for _, word := range s.words {
+		if bytes.Contains(b, []byte(word)) {
+			return true
 		}
 	}
-	return got
+	return false
 }
 
 // indexPairRef is indexPair a byte at a time.
