@@ -9,15 +9,15 @@ type chunkMasks struct {
 	qt  uint64 // quotes
 	ctl uint64 // control bytes (below 0x20, invalid in a string)
 	// esc has the bytes that may follow a backslash (" \ / b f n r t u)
-	// and u the u's of them; they are set only where simdMasks is
-	// (see masks64), else escapedChunks looks the escaped bytes up.
+	// and u the u's of them; masks sets them only where simdMasks is,
+	// else escapedChunks looks the escaped bytes up.
 	esc uint64
 	u   uint64
 }
 
-// masks64Go is masks64 eight bytes at a time, without esc and u: classing
-// seven more bytes a word would cost more than looking up the few escaped
-// ones.
+// masks64Go classes one chunk eight bytes at a time, without esc and u:
+// classing seven more bytes a word would cost more than looking up the
+// few escaped ones.
 func masks64Go(a *[64]byte) chunkMasks {
 	var m chunkMasks
 	var anyCtl uint64

@@ -456,8 +456,9 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 //
 // It returns end (past the closing quote) when the string ends in the
 // chunks, else next, where the caller's scans go on: a chunk without
-// escapes (they are faster there), fewer than 64 bytes left, or a
-// surrogate pair across the chunk's end (from that chunk's start). esc is
+// escapes or with few (they are faster there, unless the chunks are
+// classed with SIMD), fewer than 64 bytes left, or a surrogate pair
+// across the chunk's end (from that chunk's start). esc is
 // the escapes it saw and less the bytes they lose in decoding; ok is
 // false for an invalid string.
 func escapedChunks(b []byte, j int) (end, next, esc, less int, ok bool) {
