@@ -204,7 +204,7 @@ func (h *LLMRoute) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyh
 			return nil
 		}
 		sniff = &x.sniff
-		sniff.bound = boundOf(body)
+		sniff.bound = boundOf(body, req.OutputLimit)
 		if h.RequestUsage && req.Stream && !req.HasStreamOptions && req.Endpoint != policies.EndpointResponses &&
 			req.Endpoint != policies.EndpointMessages { // Anthropic streams always carry usage
 			if b, ok := withIncludeUsage(bb, body); ok {

@@ -1,12 +1,11 @@
 package caddymodule
 
 import (
-	"bytes"
 	"math"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/llmroute/caddy-llmroute/internal/jsonscan"
+	"github.com/llmroute/caddy-llmroute/internal/wordscan"
 )
 
 // Engine-reported usage is bounded by what the request could have used
@@ -46,46 +45,19 @@ type usageBound struct {
 }
 
 // mediaWords are what a body naming a media part contains.
-var mediaWords = [][]byte{[]byte("image"), []byte("audio"), []byte("video"), []byte(`"file`)}
+var mediaWords = wordscan.NewSet("image", "audio", "video", `"file`)
 
-// boundOf reads the bound of a request body. Only a body that names a
-// limit ("max_...") is scanned for it, once, over its top level.
-func boundOf(body []byte) usageBound {
-	b := usageBound{prompt: float64(len(body)) + promptSlack}
-	for _, w := range mediaWords {
-		if bytes.Contains(body, w) {
-			b.prompt += mediaSlack
-			break
-		}
-	}
-	if !bytes.Contains(body, []byte(`"max_`)) {
-		return b
-	}
-	s := jsonscan.New(body)
-	var limit, choices int64 = 0, 1
-	_ = s.Object(outputLimitFields, func(i int) bool {
-		if n, ok := s.Int(); ok && n > 0 {
-			if i < 3 {
-				limit = max(limit, n)
-			} else {
-				choices = max(choices, n)
-			}
-			return true
-		}
-		_, ok := s.Skip()
-		return ok
-	})
-	if limit > 0 && choices < math.MaxInt64/limit {
-		b.maxOutput = limit * choices
+// boundOf reads the bound of a request body whose output limit the parse
+// read (policies.Request.OutputLimit). The media words are looked for in
+// one pass (wordscan: each one's first byte is frequent in a body, and a
+// search for a word stops at each).
+func boundOf(body []byte, outputLimit int64) usageBound {
+	b := usageBound{prompt: float64(len(body)) + promptSlack, maxOutput: outputLimit}
+	if wordscan.Contains(body, mediaWords) {
+		b.prompt += mediaSlack
 	}
 	return b
 }
-
-// outputLimitFields are the request fields that bound the output: the
-// limit of one choice (chat's, old and new, and Anthropic's max_tokens;
-// the Responses API's max_output_tokens), then how many choices are
-// generated (n; best_of on completions).
-var outputLimitFields = []string{"max_tokens", "max_completion_tokens", "max_output_tokens", "n", "best_of"}
 
 // limit is the most tokens the request could have used, with answerBytes
 // of answer relayed.

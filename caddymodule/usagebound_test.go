@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 // TestUsageBound is a table of request bodies and reported usages and the
@@ -39,7 +41,9 @@ func TestUsageBound(t *testing.T) {
 	}
 	accepted := 0
 	for _, c := range cases {
-		got, why := boundOf([]byte(c.body)).clamp(c.used, c.answer)
+		req, err := policies.Parse("/v1/chat/completions", []byte(c.body), policies.ParseConfig{})
+		require.NoError(t, err, c.name)
+		got, why := boundOf([]byte(c.body), req.OutputLimit).clamp(c.used, c.answer)
 		if assert.Equal(t, c.want, got, c.name) && assert.Equal(t, c.why, why, c.name) {
 			accepted++
 		}

@@ -152,6 +152,8 @@ type commonBody struct {
 	// canon holds the canonical forms of Tools and Functions when a fast
 	// path read them on its way (toolsCanonical reuses them).
 	canon [2]toolsForm
+	// limits is what a fast path read of the output limit on its way.
+	limits outputLimits
 }
 
 // chatBody is a /v1/chat/completions body. Messages that is not an array of

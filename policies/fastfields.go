@@ -36,11 +36,12 @@ const (
 	fPromptCacheKey
 	fTools
 	fFunctions
-	nCommon
+	fLimits // limitNames, in their order
+	nCommon = fLimits + 5
 )
 
-var commonNames = []string{fModel: "model", fStream: "stream", fStreamOptions: "stream_options",
-	fCacheSalt: "cache_salt", fPromptCacheKey: "prompt_cache_key", fTools: "tools", fFunctions: "functions"}
+var commonNames = append([]string{fModel: "model", fStream: "stream", fStreamOptions: "stream_options",
+	fCacheSalt: "cache_salt", fPromptCacheKey: "prompt_cache_key", fTools: "tools", fFunctions: "functions"}, limitNames...)
 
 // topNames returns commonNames followed by an endpoint's own names, whose
 // indexes are then nCommon on.
@@ -95,6 +96,8 @@ func (s *reader) commonField(i int, c *commonBody) bool {
 			r, f = &c.Functions, &c.canon[1]
 		}
 		return s.toolsValue(r, f)
+	default: // the limit fields
+		return c.limits.read(&s.Scanner, i-fLimits)
 	}
 	return true
 }

@@ -221,3 +221,14 @@ func BenchmarkParseAgentChat51K(b *testing.B) {
 func BenchmarkParseGeneralAgentChat51K(b *testing.B) {
 	benchmarkFastPath(b, pathChat, fastChat, agentbody.Chat(agentSpec), false)
 }
+
+// The bench's -prompts agent-tools bodies at its larger size: 256 KiB,
+// mostly tool results (escape-dense source), as messages and as chat.
+var agentSpec256K = agentbody.Spec{Size: 256 << 10, Tools: 40, Tenant: 1, Seed: 1, Stream: true}
+
+func BenchmarkParseAgentMessages256K(b *testing.B) {
+	benchmarkFastPath(b, pathMessages, fastMessages, agentbody.Messages(agentSpec256K), true)
+}
+func BenchmarkParseAgentChat256K(b *testing.B) {
+	benchmarkFastPath(b, pathChat, fastChat, agentbody.Chat(agentSpec256K), true)
+}

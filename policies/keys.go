@@ -59,6 +59,10 @@ type Request struct {
 	CacheSalt        string
 	// PromptCacheKey is the body's prompt_cache_key ("" if none).
 	PromptCacheKey string
+	// OutputLimit is the most tokens the body asks to be generated: its
+	// largest max_tokens, max_completion_tokens or max_output_tokens times
+	// its n or best_of (outputlimit.go), 0 when it names none.
+	OutputLimit int64
 	// PreviousResponseID and Conversation are a /v1/responses request's
 	// previous_response_id and conversation id ("" if none): state that
 	// lives on the replica that made it.

@@ -189,6 +189,7 @@ func Parse(path string, body []byte, cfg ParseConfig) (*Request, error) {
 			fillCommon(req, &b)
 		}
 	}
+	req.OutputLimit = outputLimitOf(body) // the fast paths returned theirs above
 	return req, nil
 }
 
@@ -227,6 +228,7 @@ func fillCommon(req *Request, c *commonBody) {
 	req.HasStreamOptions = c.StreamOptions.Present
 	req.CacheSalt = c.CacheSalt.str()
 	req.PromptCacheKey = c.PromptCacheKey.str()
+	req.OutputLimit = c.limits.product()
 }
 
 // isSystem reports whether a role belongs to the leading system run.

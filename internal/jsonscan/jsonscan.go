@@ -354,10 +354,12 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 	gap, prevGap := nearEscape+1, nearEscape+1
 	for {
 		k := -1 // the next backslash
-		if gap <= nearEscape && prevGap <= nearEscape && j+64 <= len(b) {
+		if (simdMasks && escapes > 0 || gap <= nearEscape && prevGap <= nearEscape) && j+64 <= len(b) {
 			// Text full of escapes: 64 bytes at a time, every escape in
 			// them resolved with bit operations; the scans below take
-			// over where that stops paying (or cannot be done).
+			// over where that stops paying (or cannot be done). Where
+			// the chunks are classed with SIMD they pay from the first
+			// escape on, sparse escapes and plain runs too.
 			gap, prevGap = nearEscape+1, nearEscape+1
 			end, next, esc, less, ok := escapedChunks(b, j)
 			if !ok {
@@ -454,27 +456,24 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 //
 // It returns end (past the closing quote) when the string ends in the
 // chunks, else next, where the caller's scans go on: a chunk without
-// escapes (they are faster there), fewer than 64 bytes left, or a
-// surrogate pair across the chunk's end (from that chunk's start). esc is
+// escapes or with few (they are faster there, unless the chunks are
+// classed with SIMD), fewer than 64 bytes left, or a surrogate pair
+// across the chunk's end (from that chunk's start). esc is
 // the escapes it saw and less the bytes they lose in decoding; ok is
 // false for an invalid string.
 func escapedChunks(b []byte, j int) (end, next, esc, less int, ok bool) {
 	const even = 0x5555555555555555
+	var batch [maskBatch]chunkMasks
+	next, left := 0, 0 // batch[next:next+left] class the chunks from j on
 	for j+64 <= len(b) {
-		var bs, qt, ctl, anyCtl uint64
-		a := (*[64]byte)(b[j : j+64])
-		for w := 0; w < 8; w++ {
-			x := binary.LittleEndian.Uint64(a[8*w:])
-			bs |= movemask(zeroBytes(x^(lo*'\\'))) << (8 * w)
-			qt |= movemask(zeroBytes(x^(lo*'"'))) << (8 * w)
-			anyCtl |= ctlBytes(x)
+		if left == 0 {
+			next, left = 0, min((len(b)-j)/64, maskBatch)
+			masks(b[j:], batch[:left])
 		}
-		if anyCtl != 0 { // rare: where, to tell whether it is inside the string
-			for w := 0; w < 8; w++ {
-				ctl |= movemask(ctlBytes(binary.LittleEndian.Uint64(a[8*w:]))) << (8 * w)
-			}
-		}
-		if bs == 0 {
+		m := &batch[next]
+		next, left = next+1, left-1
+		bs, qt, ctl := m.bs, m.qt, m.ctl
+		if bs == 0 && !simdMasks {
 			return 0, j, esc, less, true // plain text again
 		}
 		if bs == ^uint64(0) {
@@ -505,11 +504,21 @@ func escapedChunks(b []byte, j int) (end, next, esc, less int, ok bool) {
 		if ctl&below != 0 {
 			return 0, 0, 0, 0, false
 		}
-		// The escaped bytes, without a branch each: their classes or'd
-		// together; only \u escapes (rare) are looked at one by one.
+		// The escaped bytes: their classes from the masks, or looked up
+		// and or'd together without a branch each; only \u escapes
+		// (rare) are looked at one by one.
 		class := byte(0)
-		for e := escaped & below; e != 0; e &= e - 1 {
-			class |= escClass[b[j+bits.TrailingZeros64(e)]]
+		if simdMasks {
+			if escaped&below&^m.esc != 0 {
+				class |= escBad
+			}
+			if escaped&below&m.u != 0 {
+				class |= escU
+			}
+		} else {
+			for e := escaped & below; e != 0; e &= e - 1 {
+				class |= escClass[b[j+bits.TrailingZeros64(e)]]
+			}
 		}
 		if class&escBad != 0 {
 			return 0, 0, 0, 0, false
@@ -543,12 +552,21 @@ func escapedChunks(b []byte, j int) (end, next, esc, less int, ok bool) {
 			return j + n + 1, 0, esc, less, true
 		}
 		j += limit
-		if k < 4 {
+		if limit < 64 {
+			left = 0 // the batch's chunks no longer start at j
+		}
+		if k < 4 && !simdMasks {
 			return 0, j, esc, less, true // sparse escapes: the searches are faster
 		}
 	}
 	return 0, j, esc, less, true
 }
+
+// maskBatch is how many chunks escapedChunks classes at a time: the
+// strings it scans are long (a source file in a tool result), and a batch
+// spreads the cost of a call over its chunks; the bytes it classes past
+// a string's end cost less than the calls.
+const maskBatch = 4
 
 // escClass classes the byte after a backslash: a one-byte escape (0), a
 // \u escape (escU), or no escape at all (escBad).

@@ -1,0 +1,69 @@
+#include "textflag.h"
+
+// BCAST fills X with the byte c in every lane.
+#define BCAST(c, X) MOVQ $c, AX; MOVQ AX, X; PUNPCKLQDQ X, X
+
+// LANE classes the 16 bytes at off(SI) into the 16 bits at sh of R9
+// (backslashes), R10 (quotes), R11 (control bytes), R12 (escape letters)
+// and R13 (u's). X5..X14 hold the bytes compared against.
+#define LANE(off, sh) \
+	MOVOU off(SI), X0; \
+	MOVO X0, X1; PCMPEQB X5, X1; \
+	MOVO X0, X2; PCMPEQB X6, X2; \
+	MOVO X0, X3; PMINUB X7, X3; PCMPEQB X0, X3; \
+	PMOVMSKB X1, AX; SHLQ $sh, AX; ORQ AX, R9; \
+	PMOVMSKB X2, AX; SHLQ $sh, AX; ORQ AX, R10; \
+	PMOVMSKB X3, AX; SHLQ $sh, AX; ORQ AX, R11; \
+	POR X1, X2; \
+	MOVO X0, X1; PCMPEQB X8, X1; POR X1, X2; \
+	MOVO X0, X1; PCMPEQB X9, X1; POR X1, X2; \
+	MOVO X0, X1; PCMPEQB X10, X1; POR X1, X2; \
+	MOVO X0, X1; PCMPEQB X11, X1; POR X1, X2; \
+	MOVO X0, X1; PCMPEQB X12, X1; POR X1, X2; \
+	MOVO X0, X1; PCMPEQB X13, X1; POR X1, X2; \
+	MOVO X0, X4; PCMPEQB X14, X4; POR X4, X2; \
+	PMOVMSKB X2, AX; SHLQ $sh, AX; ORQ AX, R12; \
+	PMOVMSKB X4, AX; SHLQ $sh, AX; ORQ AX, R13
+
+// X15 is left alone: Go's register ABI keeps zero in it.
+
+// func masksSSE2(p *byte, n int, m *chunkMasks)
+TEXT ·masksSSE2(SB), NOSPLIT, $0-24
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ m+16(FP), DI
+	BCAST(0x5c5c5c5c5c5c5c5c, X5)  // '\\'
+	BCAST(0x2222222222222222, X6)  // '"'
+	BCAST(0x1f1f1f1f1f1f1f1f, X7)  // the last control byte
+	BCAST(0x2f2f2f2f2f2f2f2f, X8)  // '/'
+	BCAST(0x6262626262626262, X9)  // 'b'
+	BCAST(0x6666666666666666, X10) // 'f'
+	BCAST(0x6e6e6e6e6e6e6e6e, X11) // 'n'
+	BCAST(0x7272727272727272, X12) // 'r'
+	BCAST(0x7474747474747474, X13) // 't'
+	BCAST(0x7575757575757575, X14) // 'u'
+
+loop:
+	TESTQ CX, CX
+	JZ    done
+	XORQ  R9, R9
+	XORQ  R10, R10
+	XORQ  R11, R11
+	XORQ  R12, R12
+	XORQ  R13, R13
+	LANE(0, 0)
+	LANE(16, 16)
+	LANE(32, 32)
+	LANE(48, 48)
+	MOVQ  R9, 0(DI)
+	MOVQ  R10, 8(DI)
+	MOVQ  R11, 16(DI)
+	MOVQ  R12, 24(DI)
+	MOVQ  R13, 32(DI)
+	ADDQ  $64, SI
+	ADDQ  $40, DI
+	DECQ  CX
+	JMP   loop
+
+done:
+	RET
