@@ -267,24 +267,9 @@ var vllmFamilies = struct{ gauges, counters, histograms []string }{
 // histograms with their _created gauge, histograms ending at +Inf with a
 // count equal to it, and nothing the logger does not define.
 func TestVLLMFixtureHasEveryFamily(t *testing.T) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(mustRead(t, "testdata/engines/vllm_dp2.metrics")))
-	require.NoError(t, err)
-	want := map[string]dto.MetricType{}
-	for _, n := range vllmFamilies.gauges {
-		want[n] = dto.MetricType_GAUGE
-	}
-	for _, n := range vllmFamilies.counters {
-		want[n+"_total"], want[n+"_created"] = dto.MetricType_COUNTER, dto.MetricType_GAUGE
-	}
-	for _, n := range vllmFamilies.histograms {
-		want[n], want[n+"_created"] = dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE
-	}
+	fams, got := parsedFixture(t, "testdata/engines/vllm_dp2.metrics")
+	want := familyTypes(vllmFamilies.gauges, vllmFamilies.counters, vllmFamilies.histograms, "_total", true)
 	require.Len(t, want, 34+12+15, "34 families and the 27 _created gauges of their counters and histograms")
-	got := map[string]dto.MetricType{}
-	for name, f := range fams {
-		got[name] = f.GetType()
-	}
 	assert.Equal(t, want, got, "the logger's families, each of its type")
 	for name, f := range fams {
 		engines := map[string]bool{}
@@ -307,4 +292,41 @@ func TestVLLMFixtureHasEveryFamily(t *testing.T) {
 		}
 		assert.Len(t, engines, 2, "%s: one series per data-parallel engine", name)
 	}
+}
+
+// parsedFixture parses an engine fixture as the scraper does and returns
+// its families and the type of each.
+func parsedFixture(t *testing.T, path string) (map[string]*dto.MetricFamily, map[string]dto.MetricType) {
+	t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(mustRead(t, path)))
+	require.NoError(t, err)
+	types := make(map[string]dto.MetricType, len(fams))
+	for name, f := range fams {
+		types[name] = f.GetType()
+	}
+	return fams, types
+}
+
+// familyTypes is the type each family of an engine's definitions must
+// have: counters named with counterSuffix, and with created the _created
+// gauge prometheus_client writes beside each counter and histogram.
+func familyTypes(gauges, counters, histograms []string, counterSuffix string, created bool) map[string]dto.MetricType {
+	want := map[string]dto.MetricType{}
+	for _, n := range gauges {
+		want[n] = dto.MetricType_GAUGE
+	}
+	for _, n := range counters {
+		want[n+counterSuffix] = dto.MetricType_COUNTER
+		if created {
+			want[n+"_created"] = dto.MetricType_GAUGE
+		}
+	}
+	for _, n := range histograms {
+		want[n] = dto.MetricType_HISTOGRAM
+		if created {
+			want[n+"_created"] = dto.MetricType_GAUGE
+		}
+	}
+	return want
 }

@@ -7,10 +7,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // sglangFamilies are the families SGLang's SchedulerMetricsCollector and
@@ -53,24 +49,9 @@ var sglangFamilies = struct{ gauges, counters, histograms, tokenizer []string }{
 // series, the scheduler's once per tensor and pipeline rank (four) and the
 // tokenizer's once, labelled by model only.
 func TestSGLangFixtureHasEveryFamily(t *testing.T) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(mustRead(t, "testdata/engines/sglang_tp2_pp2.metrics")))
-	require.NoError(t, err)
-	want := map[string]dto.MetricType{}
-	for _, n := range sglangFamilies.gauges {
-		want[n] = dto.MetricType_GAUGE
-	}
-	for _, n := range sglangFamilies.counters {
-		want[n] = dto.MetricType_COUNTER
-	}
-	for _, n := range sglangFamilies.histograms {
-		want[n] = dto.MetricType_HISTOGRAM
-	}
+	fams, got := parsedFixture(t, "testdata/engines/sglang_tp2_pp2.metrics")
+	want := familyTypes(sglangFamilies.gauges, sglangFamilies.counters, sglangFamilies.histograms, "", false)
 	require.Len(t, want, 34+15+11)
-	got := map[string]dto.MetricType{}
-	for name, f := range fams {
-		got[name] = f.GetType()
-	}
 	assert.Equal(t, want, got, "the collectors' families, each of its type")
 
 	tokenizer := map[string]bool{}

@@ -23,14 +23,7 @@ func TestIndexPairEveryPosition(t *testing.T) {
 				} {
 					b := bytes.Repeat([]byte{'x'}, size)
 					copy(b[pos:], piece)
-					got, want := indexPair(b, &testPairs), indexPairRef(b, &testPairs)
-					if got != want {
-						t.Fatalf("indexPair(%q) = %d, want %d", b, got, want)
-					}
-					n++
-					if want >= 0 {
-						found++
-					}
+					checkPair(t, b, &n, &found)
 				}
 			}
 		}
@@ -56,14 +49,7 @@ func TestIndexPairProperty(t *testing.T) {
 				b[k] = 'x'
 			}
 		}
-		got, want := indexPair(b, &testPairs), indexPairRef(b, &testPairs)
-		if got != want {
-			t.Fatalf("indexPair(%q) = %d, want %d", b, got, want)
-		}
-		n++
-		if want >= 0 {
-			found++
-		}
+		checkPair(t, b, &n, &found)
 	}
 	if n != 20000 || found < 10000 || found == n {
 		t.Fatalf("%d cases, %d with a pair", n, found)
@@ -105,5 +91,19 @@ func TestContains(t *testing.T) {
 	}
 	if with+without != 20000 || with < 4000 || without < 4000 {
 		t.Fatalf("%d bodies with a word, %d without", with, without)
+	}
+}
+
+// checkPair compares indexPair on b with indexPairRef and counts the case
+// in n, and in found when b holds a pair.
+func checkPair(t *testing.T, b []byte, n, found *int) {
+	t.Helper()
+	got, want := indexPair(b, &testPairs), indexPairRef(b, &testPairs)
+	if got != want {
+		t.Fatalf("indexPair(%q) = %d, want %d", b, got, want)
+	}
+	*n++
+	if want >= 0 {
+		*found++
 	}
 }
