@@ -37,8 +37,11 @@ func parseSharedStore(d *caddyfile.Dispenser) (*SharedStoreConfig, error) {
 		case "key_prefix":
 			cfg.KeyPrefix = d.Val()
 		case "tls_ca":
-			if !strings.HasPrefix(cfg.URL, "rediss://") && !strings.HasPrefix(cfg.URL, "valkeys://") && !strings.Contains(cfg.URL, "{") {
-				return nil, d.Errf("shared_store tls_ca: the store's URL must be rediss:// (TLS), got %s", redactURL(cfg.URL))
+			// A URL with placeholders is checked once they are resolved.
+			if !strings.Contains(cfg.URL, "{") {
+				if opt, err := parseStoreURL(cfg.URL); err == nil && opt.TLSConfig == nil {
+					return nil, d.Errf("shared_store: %v, got %s", errTLSCANeedsRediss, redactURL(cfg.URL))
+				}
 			}
 			cfg.TLSCA = d.Val()
 		case "timeout":

@@ -156,7 +156,7 @@ func (d *redisHomes) open() (*storeClient, string) {
 		return s.c, s.prefix + "home:"
 	}
 	d.openOnce.Do(func() {
-		s, err := acquireStore(d.url, d.timeout, "", d.logger)
+		s, err := acquireStore(storeAddr{url: d.url, timeout: d.timeout}, d.logger)
 		if err == nil {
 			d.store = s
 		}

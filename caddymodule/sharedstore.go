@@ -115,9 +115,10 @@ func (h *LLMRoute) provisionShared(repl *caddy.Replacer) error {
 	if err != nil {
 		return fmt.Errorf("shared_store: %v", err)
 	}
-	key := storeKey(rawURL, timeout, tlsCA) + "|" + cfg.KeyPrefix
+	at := storeAddr{url: rawURL, timeout: timeout, tlsCA: tlsCA}
+	key := at.key() + "|" + cfg.KeyPrefix
 	v, _, err := sharedStores.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return openSharedStore(storeAddr{url: rawURL, timeout: timeout, tlsCA: tlsCA}, cfg.KeyPrefix, instanceID, h.logger)
+		return openSharedStore(at, cfg.KeyPrefix, instanceID, h.logger)
 	})
 	if err != nil {
 		return fmt.Errorf("shared_store: %v", err)
@@ -136,22 +137,14 @@ func (h *LLMRoute) releaseShared() {
 	}
 }
 
-// storeAddr is how to reach a store: its URL, the timeout of each round
-// trip and the CA file of its TLS certificate ("" for the system's).
-type storeAddr struct {
-	url     string
-	timeout time.Duration
-	tlsCA   string
-}
-
 // openSharedStore opens the store under prefix and registers the
 // instance id there.
 func openSharedStore(at storeAddr, prefix, id string, logger *zap.Logger) (*sharedStore, error) {
-	c, err := acquireStore(at.url, at.timeout, at.tlsCA, logger)
+	c, err := acquireStore(at, logger)
 	if err != nil {
 		return nil, err
 	}
-	s := &sharedStore{c: c, clientKey: storeKey(at.url, at.timeout, at.tlsCA), prefix: prefix, id: id,
+	s := &sharedStore{c: c, clientKey: at.key(), prefix: prefix, id: id,
 		sessionWrites: make(chan struct{}, maxSessionWrites), stop: make(chan struct{}), done: make(chan struct{})}
 	s.instances.Store(1)
 	trackStore(s, 1)

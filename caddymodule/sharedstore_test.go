@@ -537,8 +537,8 @@ func TestSharedStoreTLS(t *testing.T) {
 		assert.Contains(t, *e, "certificate")
 	}
 
-	_, err = newStoreClient("redis://"+srv.Addr(), time.Second, srv.CAFile(), nil)
+	_, err = newStoreClient(storeAddr{url: "redis://" + srv.Addr(), timeout: time.Second, tlsCA: srv.CAFile()}, nil)
 	assert.ErrorContains(t, err, "rediss://")
-	_, err = newStoreClient(srv.URL(), time.Second, filepath.Join(t.TempDir(), "missing.pem"), nil)
+	_, err = newStoreClient(storeAddr{url: srv.URL(), timeout: time.Second, tlsCA: filepath.Join(t.TempDir(), "missing.pem")}, nil)
 	assert.ErrorContains(t, err, "tls_ca")
 }

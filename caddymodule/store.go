@@ -37,7 +37,7 @@ const storeMaxIdle = 16
 // wait for a connection.
 const storePoolSize = maxLaterClaims
 
-// storeClients holds one client per URL, timeout and CA file, shared by every
+// storeClients holds one client per storeAddr, shared by every
 // user in the process (the handlers and policies of successive reloads),
 // so that a reload opens no new connections; the last user's release
 // closes it.
@@ -59,21 +59,31 @@ type storeClient struct {
 	lastOK    atomic.Int64 // unix nanoseconds of the last answer
 }
 
+// errTLSCANeedsRediss refuses tls_ca on a store that does not speak TLS.
+var errTLSCANeedsRediss = errors.New("tls_ca needs a rediss:// URL")
+
 // errBadAnswer is a store's answer that the gateway's command cannot have
 // had (a store that answers garbage).
 var errBadAnswer = errors.New("shared store: unexpected answer")
 
-// storeKey names a client in storeClients.
-func storeKey(rawURL string, timeout time.Duration, tlsCA string) string {
-	return fmt.Sprintf("%s|%d|%s", rawURL, timeout, tlsCA)
+// storeAddr is how to reach a store: its URL, the timeout of each round
+// trip and the CA file of its TLS certificate ("" for the system's).
+type storeAddr struct {
+	url     string
+	timeout time.Duration
+	tlsCA   string
 }
 
-// acquireStore returns the client for rawURL, timeout and tlsCA (a PEM
-// file, or "" for the system's roots), opening it on first use; release
-// it with releaseStore(storeKey(...)).
-func acquireStore(rawURL string, timeout time.Duration, tlsCA string, logger *zap.Logger) (*storeClient, error) {
-	v, _, err := storeClients.LoadOrNew(storeKey(rawURL, timeout, tlsCA), func() (caddy.Destructor, error) {
-		return newStoreClient(rawURL, timeout, tlsCA, logger)
+// key names the store's client in storeClients.
+func (a storeAddr) key() string {
+	return fmt.Sprintf("%s|%d|%s", a.url, a.timeout, a.tlsCA)
+}
+
+// acquireStore returns the client for a, opening it on first use; release
+// it with releaseStore(a.key()).
+func acquireStore(a storeAddr, logger *zap.Logger) (*storeClient, error) {
+	v, _, err := storeClients.LoadOrNew(a.key(), func() (caddy.Destructor, error) {
+		return newStoreClient(a, logger)
 	})
 	if err != nil {
 		return nil, err
@@ -128,19 +138,20 @@ func storeRoots(tlsCA string) (*x509.CertPool, error) {
 	return roots, nil
 }
 
-func newStoreClient(rawURL string, timeout time.Duration, tlsCA string, logger *zap.Logger) (*storeClient, error) {
-	opt, err := parseStoreURL(rawURL)
+func newStoreClient(a storeAddr, logger *zap.Logger) (*storeClient, error) {
+	opt, err := parseStoreURL(a.url)
 	if err != nil {
 		return nil, err
 	}
-	if tlsCA != "" {
+	if a.tlsCA != "" {
 		if opt.TLSConfig == nil {
-			return nil, errors.New("tls_ca needs a rediss:// URL")
+			return nil, errTLSCANeedsRediss
 		}
-		if opt.TLSConfig.RootCAs, err = storeRoots(tlsCA); err != nil {
+		if opt.TLSConfig.RootCAs, err = storeRoots(a.tlsCA); err != nil {
 			return nil, err
 		}
 	}
+	timeout := a.timeout
 	if logger == nil {
 		logger = zap.NewNop()
 	}
