@@ -51,7 +51,9 @@ func words(r *rand.Rand, n int) string {
 	return b.String()[:n]
 }
 
-// sourceLines are the lines tool results are made of.
+// sourceLines are the lines tool results are made of: Go source, so that
+// a JSON body carrying them has an escape every 20 bytes or so, as
+// agents' bodies do.
 var sourceLines = strings.Split(`func (s *server) handle(w http.ResponseWriter, r *http.Request) {
 	if r.Method != "POST" {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
@@ -67,7 +69,9 @@ var sourceLines = strings.Split(`func (s *server) handle(w http.ResponseWriter, 
 	fmt.Fprintf(w, "read %q\n", req.Path)
 }`, "\n")
 
-func source(r *rand.Rand, n int) string {
+// Source returns lines of Go source drawn from r, newline-ended, until
+// there are at least n bytes of them: the text of a tool result.
+func Source(r *rand.Rand, n int) string {
 	var b strings.Builder
 	for b.Len() < n {
 		b.WriteString(sourceLines[r.IntN(len(sourceLines))])
@@ -125,7 +129,7 @@ func history(s Spec, base int) (task string, rounds []round) {
 		rd := round{id: fmt.Sprintf("toolu_%08x_%02d", r.Uint32(), i), name: toolNames[r.IntN(names)%len(toolNames)],
 			text: "Let me look at " + words(r, 20+r.IntN(40)) + ".", path: fmt.Sprintf("pkg/%s/%s.go", vocab[r.IntN(len(vocab))], vocab[r.IntN(len(vocab))])}
 		// Escaping adds about a tenth; each round's fields about 250 bytes.
-		rd.result = source(r, max(64, min((s.Size-n)*9/10-250, 1<<10+r.IntN(3<<10))))
+		rd.result = Source(r, max(64, min((s.Size-n)*9/10-250, 1<<10+r.IntN(3<<10))))
 		rounds = append(rounds, rd)
 		n += len(rd.result)*11/10 + len(rd.text) + 250
 	}

@@ -97,23 +97,6 @@ var promptShape = "plain"
 // bodies (27 KB of them, as coding agents send).
 const agentTools = 40
 
-// sourceLines are the tool results' lines: Go source, so that the JSON
-// body has an escape every 20 bytes or so, as agents' bodies do.
-var sourceLines = strings.Split(`func (s *server) handle(w http.ResponseWriter, r *http.Request) {
-	if r.Method != "POST" {
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
-	var req struct {
-		Path string `+"`json:\"path\"`"+`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	fmt.Fprintf(w, "read %q\n", req.Path)
-}`, "\n")
-
 // agentTurns appends tool-call rounds to msgs until the body would reach
 // size bytes.
 func agentTurns(r *rand.Rand, msgs []chatMsg, size, base int) []chatMsg {
@@ -123,13 +106,9 @@ func agentTurns(r *rand.Rand, msgs []chatMsg, size, base int) []chatMsg {
 		tc.ID, tc.Type = id, "function"
 		tc.Function.Name = "read_file"
 		tc.Function.Arguments = fmt.Sprintf(`{"path":"pkg/%s/%s.go"}`, vocab[r.IntN(len(vocab))], vocab[r.IntN(len(vocab))])
-		var file strings.Builder
-		for file.Len() < min(size-n, 8<<10) {
-			file.WriteString(sourceLines[r.IntN(len(sourceLines))])
-			file.WriteByte('\n')
-		}
-		msgs = append(msgs, chatMsg{Role: "assistant", ToolCalls: []toolCall{tc}}, chatMsg{Role: "tool", ToolCallID: id, Content: text(file.String())})
-		n += file.Len()*11/10 + 160 // escaped, plus the round's fields
+		file := agentbody.Source(r, min(size-n, 8<<10))
+		msgs = append(msgs, chatMsg{Role: "assistant", ToolCalls: []toolCall{tc}}, chatMsg{Role: "tool", ToolCallID: id, Content: text(file)})
+		n += len(file)*11/10 + 160 // escaped, plus the round's fields
 	}
 	return msgs
 }
