@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/llmroute/caddy-llmroute/lab/experiments/trace"
+	"github.com/llmroute/caddy-llmroute/lab/experiments/workload"
 	"github.com/llmroute/caddy-llmroute/policies"
 )
 
@@ -157,10 +158,7 @@ func RunTrace(o Options, tc TraceConfig) (*TraceRecord, error) {
 		tc.Name, stats.Requests, blockTokens, TraceUtil, SharedHomesPolicy)
 	r := newRunner(&o)
 	for si, seed := range rec.Seeds {
-		opts := tc.Options
-		opts.Seed, opts.Parse = seed, policies.ParseConfig{Deployment: "sim"}
-		r.note("trace: seed %d: building %d requests", seed, stats.Requests)
-		base, err := trace.Workload(recs, opts, o.Progress)
+		base, err := seedWorkload(&o, r, "trace", recs, tc.Options, seed, stats.Requests)
 		if err != nil {
 			return nil, err
 		}
@@ -332,4 +330,12 @@ func ReplotTrace(dir string) error {
 	}
 	rec.Goals = TraceGoals(&rec)
 	return WriteTrace(dir, &rec)
+}
+
+// seedWorkload builds the trace's workload for one seed, parsed as the
+// simulator's routers parse, saying so in the progress output.
+func seedWorkload(o *Options, r *runner, what string, recs []trace.Record, opts trace.Options, seed uint64, requests int) (*workload.Workload, error) {
+	opts.Seed, opts.Parse = seed, policies.ParseConfig{Deployment: "sim"}
+	r.note("%s: seed %d: building %d requests", what, seed, requests)
+	return trace.Workload(recs, opts, o.Progress)
 }

@@ -76,10 +76,7 @@ func RunTraceVariants(o Options, tc TraceConfig) (*TraceVariantsRecord, error) {
 	}
 	r := newRunner(&o)
 	for _, seed := range rec.Seeds {
-		opts := tc.Options
-		opts.Seed, opts.Parse = seed, policies.ParseConfig{Deployment: "sim"}
-		r.note("trace_variants: seed %d: building %d requests", seed, stats.Requests)
-		base, err := trace.Workload(recs, opts, o.Progress)
+		base, err := seedWorkload(&o, r, "trace_variants", recs, tc.Options, seed, stats.Requests)
 		if err != nil {
 			return nil, err
 		}
