@@ -219,6 +219,16 @@ func durationArg(d *caddyfile.Dispenser, opt string, dst *caddy.Duration) error 
 	return nil
 }
 
+// positiveDuration reads v, the argument of option what, as a duration
+// above zero.
+func positiveDuration(d *caddyfile.Dispenser, what, v string) (caddy.Duration, error) {
+	dur, err := caddy.ParseDuration(v)
+	if err != nil || dur <= 0 {
+		return 0, d.Errf("%s: want a positive duration, got %q", what, v)
+	}
+	return caddy.Duration(dur), nil
+}
+
 // humanizeSize parses sizes like "8MiB" or "512KB" into bytes.
 func humanizeSize(s string) (int64, error) {
 	n, err := humanize.ParseBytes(s)

@@ -276,14 +276,14 @@ func parseHomesDirectory(d *caddyfile.Dispenser) (*HomesDirectoryConfig, error) 
 		case "key_prefix":
 			cfg.KeyPrefix = d.Val()
 		case "ttl", "timeout":
-			dur, err := caddy.ParseDuration(d.Val())
-			if err != nil || dur <= 0 {
-				return nil, d.Errf("homes_directory %s: want a positive duration, got %q", opt, d.Val())
+			dur, err := positiveDuration(d, "homes_directory "+opt, d.Val())
+			if err != nil {
+				return nil, err
 			}
 			if opt == "ttl" {
-				cfg.TTL = caddy.Duration(dur)
+				cfg.TTL = dur
 			} else {
-				cfg.Timeout = caddy.Duration(dur)
+				cfg.Timeout = dur
 			}
 		default:
 			return nil, d.Errf("unrecognized homes_directory option %q", opt)

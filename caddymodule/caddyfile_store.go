@@ -3,8 +3,8 @@ package caddymodule
 import (
 	"strings"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/redis/go-redis/v9"
 )
 
 // parseSharedStore reads
@@ -22,9 +22,12 @@ func parseSharedStore(d *caddyfile.Dispenser) (*SharedStoreConfig, error) {
 	if d.NextArg() {
 		return nil, d.ArgErr()
 	}
-	// A URL with placeholders is checked once they are resolved.
+	// A URL with placeholders is checked once they are resolved (parsed stays
+	// nil).
+	var parsed *redis.Options
 	if !strings.Contains(cfg.URL, "{") {
-		if _, err := parseStoreURL(cfg.URL); err != nil {
+		var err error
+		if parsed, err = parseStoreURL(cfg.URL); err != nil {
 			return nil, d.Errf("shared_store: %v", err)
 		}
 	}
@@ -37,19 +40,16 @@ func parseSharedStore(d *caddyfile.Dispenser) (*SharedStoreConfig, error) {
 		case "key_prefix":
 			cfg.KeyPrefix = d.Val()
 		case "tls_ca":
-			// A URL with placeholders is checked once they are resolved.
-			if !strings.Contains(cfg.URL, "{") {
-				if opt, err := parseStoreURL(cfg.URL); err == nil && opt.TLSConfig == nil {
-					return nil, d.Errf("shared_store: %v, got %s", errTLSCANeedsRediss, redactURL(cfg.URL))
-				}
+			if parsed != nil && parsed.TLSConfig == nil {
+				return nil, d.Errf("shared_store: %v, got %s", errTLSCANeedsRediss, redactURL(cfg.URL))
 			}
 			cfg.TLSCA = d.Val()
 		case "timeout":
-			dur, err := caddy.ParseDuration(d.Val())
-			if err != nil || dur <= 0 {
-				return nil, d.Errf("shared_store timeout: want a positive duration, got %q", d.Val())
+			dur, err := positiveDuration(d, "shared_store timeout", d.Val())
+			if err != nil {
+				return nil, err
 			}
-			cfg.Timeout = caddy.Duration(dur)
+			cfg.Timeout = dur
 		default:
 			return nil, d.Errf("unrecognized shared_store option %q", opt)
 		}
