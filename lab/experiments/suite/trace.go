@@ -133,12 +133,10 @@ func TraceCases(quick bool, ws int64, blockTokens int) []TraceCase {
 // after seed (each seed's texts differ; a seed's workload is dropped
 // before the next is built).
 func RunTrace(o Options, tc TraceConfig) (*TraceRecord, error) {
-	o.defaults()
-	recs, err := trace.Load(tc.Path)
+	recs, err := loadTrace(&o, &tc)
 	if err != nil {
 		return nil, err
 	}
-	tc.Name = filepath.Base(tc.Path)
 	if o.Quick && tc.Options.Requests == 0 {
 		tc.Options.Requests = 1500
 	}
@@ -338,4 +336,16 @@ func seedWorkload(o *Options, r *runner, what string, recs []trace.Record, opts 
 	opts.Seed, opts.Parse = seed, policies.ParseConfig{Deployment: "sim"}
 	r.note("%s: seed %d: building %d requests", what, seed, requests)
 	return trace.Workload(recs, opts, o.Progress)
+}
+
+// loadTrace fills o's defaults and reads tc's trace, naming tc after its
+// file.
+func loadTrace(o *Options, tc *TraceConfig) ([]trace.Record, error) {
+	o.defaults()
+	recs, err := trace.Load(tc.Path)
+	if err != nil {
+		return nil, err
+	}
+	tc.Name = filepath.Base(tc.Path)
+	return recs, nil
 }

@@ -59,12 +59,10 @@ type TraceVariantsRecord struct {
 // RunTraceVariants runs the variants on tc's trace at KV 0.25x, seed
 // after seed.
 func RunTraceVariants(o Options, tc TraceConfig) (*TraceVariantsRecord, error) {
-	o.defaults()
-	recs, err := trace.Load(tc.Path)
+	recs, err := loadTrace(&o, &tc)
 	if err != nil {
 		return nil, err
 	}
-	tc.Name = filepath.Base(tc.Path)
 	st := StandardPoint(false)
 	st.Util = TraceUtil
 	stats := trace.Describe(recs, tc.Options)
