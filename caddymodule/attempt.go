@@ -54,6 +54,26 @@ type attemptRules struct {
 	cacheReport string
 }
 
+// attemptRules gathers the policy's settings that judge each attempt.
+func (p *LLMSelection) attemptRules() attemptRules {
+	r := attemptRules{
+		cd: cooldownConfig{
+			base: time.Duration(p.CooldownBase), max: time.Duration(p.CooldownMax),
+			dialFails: p.DialTimeoutFails, dialWindow: time.Duration(p.DialTimeoutWindow),
+			statusFails: p.StatusFails,
+		},
+		failStatus: map[int]bool{429: true, 503: true},
+		strategy:   p.strategy.Name(),
+	}
+	for _, s := range p.FailStatus {
+		r.failStatus[s] = true
+	}
+	r.indexAnswers = p.IndexAnswers == nil || *p.IndexAnswers
+	r.observer, _ = p.strategy.(policies.CheckObserver)
+	r.cacheReport = p.CacheReport
+	return r
+}
+
 // reserve takes one in-flight slot if the replica is available and below
 // limit (0 = no limit), for an attempt judged by rules. It is the only
 // place a slot is taken, so that a cap holds however many requests select

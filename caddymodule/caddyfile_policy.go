@@ -28,7 +28,7 @@ import (
 //		peers           auto|none|some
 //		index_answers   [on|off]
 //		index_blocks    <n>
-//		homes_directory redis://host:port[/db] {
+//		homes_directory redis://host:port[/db]|shared_store {
 //			key_prefix <prefix>
 //			ttl        <duration>
 //			timeout    <duration>

@@ -317,21 +317,7 @@ func (p *LLMSelection) setup() error {
 	if p.strategy, err = policies.NewStrategy(p.Strategy, opts); err != nil {
 		return err
 	}
-	p.rules = attemptRules{
-		cd: cooldownConfig{
-			base: time.Duration(p.CooldownBase), max: time.Duration(p.CooldownMax),
-			dialFails: p.DialTimeoutFails, dialWindow: time.Duration(p.DialTimeoutWindow),
-			statusFails: p.StatusFails,
-		},
-		failStatus: map[int]bool{429: true, 503: true},
-		strategy:   p.strategy.Name(),
-	}
-	for _, s := range p.FailStatus {
-		p.rules.failStatus[s] = true
-	}
-	p.rules.indexAnswers = p.IndexAnswers == nil || *p.IndexAnswers
-	p.rules.observer, _ = p.strategy.(policies.CheckObserver)
-	p.rules.cacheReport = p.CacheReport
+	p.rules = p.attemptRules()
 	return nil
 }
 
