@@ -47,11 +47,14 @@ type LLMRoute struct {
 	// Default 8 MiB.
 	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
 
-	// BlockSize is the number of bytes of canonical prompt text per prefix
-	// block. Default 128.
+	// BlockSize is the number of bytes of canonical prompt text in each of
+	// the prefix chain's first 256 blocks; past them the blocks double in
+	// size every 64, so that a long prompt is keyed to its end with few
+	// keys. Default 128.
 	BlockSize int `json:"block_size,omitempty"`
 
-	// MaxBlocks caps the prefix chain. Default 256 (32 KiB of prompt).
+	// MaxBlocks caps the prefix chain. Default 640: 1,040 KiB of prompt
+	// at the default block size, 128K tokens at up to 8 bytes a token.
 	MaxBlocks int `json:"max_blocks,omitempty"`
 
 	// ReplicaHeader, when set, names a response header that tells the

@@ -29,10 +29,11 @@ const (
 
 // chainEnd is where a prompt's chain stopped: the sink's buffer (the last
 // full block's hash, then the n bytes of the partial block after it), the
-// chain's cap and how an answer continues it.
+// chain's block size and cap, and how an answer continues it.
 type chainEnd struct {
 	buf  []byte
 	n    int
+	size int
 	max  int
 	kind answerKind
 }
@@ -42,7 +43,7 @@ func (c *sink) end(kind answerKind) chainEnd {
 	if len(c.blocks) == 0 || len(c.blocks) >= c.max {
 		return chainEnd{}
 	}
-	return chainEnd{buf: c.buf, n: c.n, max: c.max, kind: kind}
+	return chainEnd{buf: c.buf, n: c.n, size: c.size, max: c.max, kind: kind}
 }
 
 // Answer extends one prompt's block chain with the answer streamed for it.
@@ -69,7 +70,7 @@ func NewAnswer(keys Keys) *Answer {
 	// the answer's first block of its own appends to a copy, so the
 	// prompt's chain is never written and an answer that completes no
 	// block copies nothing.
-	a.s = sink{buf: make([]byte, len(e.buf)), n: e.n, size: len(e.buf) - 8, max: e.max,
+	a.s = sink{buf: make([]byte, len(e.buf)), n: e.n, size: e.size, max: e.max,
 		blocks: keys.Blocks[:len(keys.Blocks):len(keys.Blocks)]}
 	copy(a.s.buf, e.buf[:8+e.n])
 	if a.kind == answerMessage {

@@ -7,25 +7,88 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// Block hashing: the prompt's canonical rendering is cut into fixed-size
-// blocks and each FULL block is hashed together with the hash of the block
-// before it, the way engines key their prefix caches. A trailing partial block
-// is not part of the chain: an engine does not cache it either, and a later,
+// Block hashing: the prompt's canonical rendering is cut into blocks and
+// each FULL block is hashed together with the hash of the block before it,
+// the way engines key their prefix caches. A trailing partial block is not
+// part of the chain: an engine does not cache it either, and a later,
 // longer request would fill that block with different bytes.
+//
+// The first denseBlocks blocks have the configured size; past them the
+// blocks double in size every sparseRun blocks. Where two prompts part is
+// thus located to within a block near the start, where system prompts,
+// tools and conversations part, and more coarsely deep in a long prompt,
+// where an agent's history grows: 640 blocks of 128 bytes and up reach
+// 1,040 KiB for the price of 640 keys, where blocks of one size would take
+// 8,320.
 
 const (
-	// DefaultBlockSize is the block size in bytes of the rendered prompt.
-	// 128 bytes is about 32 tokens at ~4 bytes per token, i.e. two 16-token
-	// engine blocks: fine enough that the shared prefix of two requests is
-	// located to within a couple of engine blocks, coarse enough that
-	// DefaultMaxBlocks covers 32 KiB of prompt and a Pick stays cheap.
+	// DefaultBlockSize is the size in bytes of the chain's first blocks.
+	// 128 bytes is about 32 tokens at ~4 bytes per token, i.e. two
+	// 16-token engine blocks: fine enough that the shared prefix of two
+	// requests is located to within a couple of engine blocks.
 	DefaultBlockSize = 128
-	// DefaultMaxBlocks caps the chain: 256 blocks of 128 bytes cover 32 KiB
-	// (~8K tokens). Longer prompts are still routed by their first 32 KiB,
-	// which is where shared prefixes live; a longer cap costs index memory
-	// and Match time for little gain.
-	DefaultMaxBlocks = 256
+	// DefaultMaxBlocks caps the chain: 640 blocks, 256 of the block size
+	// and then six runs of 64 blocks, each of twice the size before them,
+	// reach 1,040 KiB of prompt at DefaultBlockSize: a 128K-token prompt
+	// of text at up to 8 bytes a token. Longer prompts are routed by that
+	// much.
+	DefaultMaxBlocks = 640
+
+	// denseBlocks is how many blocks have the configured size.
+	denseBlocks = 256
+	// sparseRun is how many blocks past denseBlocks keep one size before
+	// the next doubling.
+	sparseRun = 64
+	// maxDoublings bounds the growth: the deepest blocks are 2^maxDoublings
+	// times the configured size.
+	maxDoublings = 10
 )
+
+// blockWeight is block i's size in blocks of the configured size: 1 for
+// the dense blocks, then 2, 4, 8... every sparseRun blocks. The index
+// counts its capacity in these units, so that a replica's belief covers
+// as many bytes of prompt whatever the prompts' lengths.
+func blockWeight(i int) int { return 1 << chainShift(i) }
+
+// ChainBytes is how many bytes of rendering the first n blocks of a chain
+// of blockBytes-sized blocks cover.
+func ChainBytes(n, blockBytes int) int {
+	if n <= denseBlocks {
+		return n * blockBytes
+	}
+	units := denseBlocks
+	for i := denseBlocks; i < n; {
+		run := min(sparseRun-(i-denseBlocks)%sparseRun, n-i)
+		units += run * blockWeight(i)
+		i += run
+	}
+	return units * blockBytes
+}
+
+// ChainBlocks is how many whole blocks of a chain of blockBytes-sized
+// blocks lie within its first bytes: the inverse of ChainBytes, rounded
+// down.
+func ChainBlocks(bytes, blockBytes int) int {
+	if blockBytes <= 0 || bytes <= 0 {
+		return 0
+	}
+	units := bytes / blockBytes
+	if units <= denseBlocks {
+		return units
+	}
+	n, units := denseBlocks, units-denseBlocks
+	for {
+		w := blockWeight(n)
+		run := sparseRun
+		if w == 1<<maxDoublings {
+			return n + units/w
+		}
+		if units < run*w {
+			return n + units/w
+		}
+		n, units = n+run, units-run*w
+	}
+}
 
 // sink receives the canonical rendering of a prompt. With digest set it
 // only feeds that running hash (used for the leading-key fields); otherwise
@@ -35,10 +98,11 @@ type sink struct {
 	digest *xxhash.Digest
 
 	// buf holds the previous block's hash (little endian) in buf[:8] and
-	// the current block's bytes in buf[8:8+n].
+	// the current block's bytes in buf[8:8+n]; it is 8 bytes longer than
+	// the current block.
 	buf    []byte
 	n      int
-	size   int
+	size   int // the configured block size: the first blocks'
 	max    int
 	blocks []uint64
 	total  int // bytes written, including those past the block cap
@@ -47,12 +111,12 @@ type sink struct {
 // initChain makes c a chain whose first block is seeded with leading.
 // sizeHint (the body length) bounds the blocks slice's capacity.
 func (c *sink) initChain(leading uint64, blockSize, maxBlocks, sizeHint int) {
-	*c = sink{buf: make([]byte, 8+blockSize), size: blockSize, max: maxBlocks}
+	n := min(ChainBlocks(sizeHint, blockSize)+1, maxBlocks)
+	// The buffer is made once, as large as the largest block the body can
+	// fill, and resliced as the blocks grow.
+	largest := blockWeight(max(n-1, 0)) * blockSize
+	*c = sink{buf: make([]byte, 8+blockSize, 8+largest), size: blockSize, max: maxBlocks}
 	binary.LittleEndian.PutUint64(c.buf, leading)
-	n := sizeHint/blockSize + 1
-	if n > maxBlocks {
-		n = maxBlocks
-	}
 	c.blocks = make([]uint64, 0, n)
 }
 
@@ -91,14 +155,22 @@ func (c *sink) Write(p []byte) {
 }
 
 // flush hashes the current block once it is full: XXH3 of the previous
-// hash and the block (136 bytes, which XXH3 hashes in half XXH64's time;
-// the hashes are only compared for equality).
+// hash and the block (136 bytes for a 128-byte block, which XXH3 hashes in
+// half XXH64's time; the hashes are only compared for equality). When the
+// next block is larger the buffer grows to it.
 func (c *sink) flush() {
-	if c.n < c.size {
+	if c.n < len(c.buf)-8 {
 		return
 	}
 	h := xxh3.Hash(c.buf)
 	c.blocks = append(c.blocks, h)
+	if next := 8 + blockWeight(len(c.blocks))*c.size; next != len(c.buf) && len(c.blocks) < c.max {
+		if next <= cap(c.buf) {
+			c.buf = c.buf[:next]
+		} else {
+			c.buf = make([]byte, next)
+		}
+	}
 	binary.LittleEndian.PutUint64(c.buf, h)
 	c.n = 0
 }

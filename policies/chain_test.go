@@ -99,8 +99,60 @@ func TestChainBlockSizes(t *testing.T) {
 	p := strings.Repeat("z", 1024)
 	for _, bs := range []int{1, 7, 64, 128, 1000, 4096} {
 		req := mustParse(t, "/v1/completions", `{"model":"m","prompt":"`+p+`"}`, ParseConfig{BlockSize: bs, MaxBlocks: 1 << 20})
-		assert.Len(t, req.Keys.Blocks, 1024/bs, "block size %d", bs)
+		assert.Len(t, req.Keys.Blocks, ChainBlocks(1024, bs), "block size %d", bs)
 	}
+}
+
+// TestChainLayout holds the block sizes to their schedule: 256 of the
+// configured size, then doubling every 64 blocks.
+func TestChainLayout(t *testing.T) {
+	for _, tt := range []struct{ n, bytes int }{
+		{0, 0}, {1, 128}, {256, 32 << 10}, {257, 32<<10 + 256}, {320, 48 << 10},
+		{321, 48<<10 + 512}, {384, 80 << 10}, {448, 144 << 10}, {512, 272 << 10}, {576, 528 << 10}, {640, 1040 << 10},
+	} {
+		assert.Equal(t, tt.bytes, ChainBytes(tt.n, 128), "ChainBytes(%d)", tt.n)
+	}
+	accepted := 0
+	for _, bs := range []int{1, 16, 128} {
+		prev := 0
+		for n := 1; n <= 1200; n++ {
+			b := ChainBytes(n, bs)
+			require.Equal(t, blockWeight(n-1)*bs, b-prev, "block %d's size", n-1)
+			require.Equal(t, n, ChainBlocks(b, bs), "ChainBlocks(ChainBytes(%d))", n)
+			require.Equal(t, n-1, ChainBlocks(b-1, bs), "a byte short of block %d", n-1)
+			prev = b
+			accepted++
+		}
+	}
+	assert.Equal(t, 3600, accepted)
+	assert.Zero(t, ChainBlocks(100, 0))
+}
+
+// TestChainPartsWhereThePromptsPart parses pairs of long prompts that part
+// at a byte and checks that their chains agree on exactly the blocks that
+// lie wholly before it, deep in the sparse part of the chain too.
+func TestChainPartsWhereThePromptsPart(t *testing.T) {
+	cfg := ParseConfig{BlockSize: 16, MaxBlocks: 600}
+	full := ChainBytes(600, 16)
+	base := []byte(strings.Repeat("a", full+100))
+	a := mustParse(t, "/v1/completions", `{"model":"m","prompt":"`+string(base)+`"}`, cfg)
+	require.Len(t, a.Keys.Blocks, 600)
+	checked := 0
+	for _, at := range []int{0, 15, 16, 4095, 4096, 4100, 6000, 9000, 20000, 40000, full - 1, full} {
+		if at >= len(base) {
+			continue
+		}
+		other := append([]byte(nil), base...)
+		other[at] = 'b'
+		b := mustParse(t, "/v1/completions", `{"model":"m","prompt":"`+string(other)+`"}`, cfg)
+		same := 0
+		for same < len(b.Keys.Blocks) && b.Keys.Blocks[same] == a.Keys.Blocks[same] {
+			same++
+		}
+		assert.Equal(t, min(ChainBlocks(at, 16), 600), same, "parting at byte %d", at)
+		checked++
+	}
+	assert.Equal(t, 12, checked)
 }
 
 // TestToolsFollowTheSystemPrompt proves where tools go: out of the leading

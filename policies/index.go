@@ -13,7 +13,10 @@ import (
 const DefaultIndexCapacity = 16384
 
 // Index is one replica's approximate residency index: a bounded LRU of the
-// block hashes of prompts routed to that replica. It records what was sent,
+// block hashes of prompts routed to that replica. Its capacity is counted
+// in blocks of the chain's first size: a deeper, larger block counts as
+// many (blockWeight), so the index covers as many bytes of prompt as the
+// engine's cache whatever the prompts' lengths. It records what was sent,
 // not what the engine kept, so it is a belief that feedback corrects
 // (SetCapacity, Purge).
 //
@@ -162,7 +165,7 @@ func (ix *Index) Purge() {
 	ix.mu.Unlock()
 }
 
-// Len returns the number of block hashes held.
+// Len returns the blocks held, a deeper block counting its weight.
 func (ix *Index) Len() int {
 	if ix == nil {
 		return 0
@@ -172,7 +175,7 @@ func (ix *Index) Len() int {
 	return ix.lru.Len()
 }
 
-// Capacity returns the most block hashes the index holds.
+// Capacity returns the most blocks the index holds (Len's units).
 func (ix *Index) Capacity() int {
 	if ix == nil {
 		return 0

@@ -134,11 +134,14 @@ func TestIndexBytesPerEntry(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	ix := NewIndex(n)
-	chain := make([]uint64, n)
-	for i := range chain {
-		chain[i] = mix64(uint64(i))
+	// Chains of 100: every block weighs one entry of the capacity.
+	chain := make([]uint64, 100)
+	for c := range n / len(chain) {
+		for i := range chain {
+			chain[i] = mix64(uint64(c*len(chain) + i))
+		}
+		ix.Insert(chain)
 	}
-	ix.Insert(chain)
 	chain = nil
 	runtime.GC()
 	runtime.ReadMemStats(&after)

@@ -29,8 +29,9 @@ type Keys struct {
 	// the whole prompt; Blocks[0] is seeded with Leading and every later
 	// block with the one before it. Capped at ParseConfig.MaxBlocks.
 	Blocks []uint64
-	// BlockBytes is the size in bytes of the rendering each block covers
-	// (ParseConfig.BlockSize); a Belief counts its capacity in these blocks.
+	// BlockBytes is the size in bytes of the rendering the chain's first
+	// blocks cover (ParseConfig.BlockSize); deeper blocks are larger
+	// (ChainBytes). A Belief counts its capacity in blocks of this size.
 	BlockBytes int
 	// LeadingBlocks is how many of Blocks lie wholly within the leading
 	// run (the part Leading hashes: system/developer messages,

@@ -15,17 +15,24 @@ import "math"
 // every cycle (BenchmarkIndexGC). It also takes half the memory
 // (TestIndexBytesPerEntry).
 //
+// Each key has a weight (blockWeight of its place in its chain): the
+// capacity and the length count weights, so that a deep block standing
+// for many bytes of prompt takes as much of the capacity.
+//
 // It is not safe for concurrent use; Index locks around it.
 type blockLRU struct {
 	// slots[0] is the list's sentinel: its next is the most recent key,
 	// its prev the least recent. Slots of evicted keys are reused
 	// through free.
 	slots []lruSlot
+	// shift holds each slot's weight as a power of two (weight 1<<shift),
+	// beside slots so that a slot stays 16 bytes.
+	shift []uint8
 	at    map[uint64]int32
 	// free is the first reusable slot (chained through next), 0 for none.
 	free int32
-	len  int
-	size int
+	len  int // the weights held
+	size int // the most weight held
 }
 
 // lruSlot is one key and its neighbours in recency order.
@@ -41,6 +48,7 @@ const maxLRUSize = math.MaxInt32 - 1
 func newBlockLRU(size int) *blockLRU {
 	l := &blockLRU{at: map[uint64]int32{}}
 	l.slots = make([]lruSlot, 1, 1+min(size, 1024))
+	l.shift = make([]uint8, 1, cap(l.slots))
 	l.size = min(size, maxLRUSize)
 	return l
 }
@@ -51,14 +59,15 @@ func (l *blockLRU) Contains(key uint64) bool {
 	return ok
 }
 
-// Add makes key the most recent, adding it (and evicting the least recent
-// key past the capacity) when it is not held.
-func (l *blockLRU) Add(key uint64) {
+// Add makes key the most recent, adding it with weight 1<<shift (and
+// evicting the least recent keys past the capacity) when it is not held.
+func (l *blockLRU) Add(key uint64, shift uint8) {
 	if i, ok := l.at[key]; ok {
 		l.moveFront(i, i)
 		return
 	}
-	if l.len >= l.size {
+	w := 1 << shift
+	for l.len+w > l.size && l.slots[0].prev != 0 {
 		l.removeOldest()
 	}
 	var i int32
@@ -72,17 +81,32 @@ func (l *blockLRU) Add(key uint64) {
 			grown := make([]lruSlot, len(l.slots), min(2*cap(l.slots), l.size+1))
 			copy(grown, l.slots)
 			l.slots = grown
+			shifts := make([]uint8, len(l.shift), cap(grown))
+			copy(shifts, l.shift)
+			l.shift = shifts
 		}
 		l.slots = append(l.slots, lruSlot{})
+		l.shift = append(l.shift, 0)
 		i = int32(len(l.slots) - 1)
 	}
 	l.slots[i].key = key
+	l.shift[i] = shift
 	l.pushFront(i, i)
 	l.at[key] = i
-	l.len++
+	l.len += w
 }
 
-// AddChain is Add of each key from the last to the first, with the same
+// chainShift is the weight, as a power of two, of the i-th block of a
+// chain (blockWeight).
+func chainShift(i int) uint8 {
+	if i < denseBlocks {
+		return 0
+	}
+	return uint8(min(1+(i-denseBlocks)/sparseRun, maxDoublings))
+}
+
+// AddChain is Add of each key of a chain (keys[0] its head, each key
+// weighed by its place) from the last to the first, with the same
 // result, in less time when the chain's head is held and a run of the
 // chain follows it in the recency list, as a prefix shared by many
 // requests does once they have been placed: that run is found by walking
@@ -105,7 +129,7 @@ func (l *blockLRU) AddChain(keys []uint64) int {
 		}
 	}
 	for i := len(keys) - 1; i >= m; i-- {
-		l.Add(keys[i])
+		l.Add(keys[i], chainShift(i))
 	}
 	if m == 0 {
 		return 0
@@ -117,7 +141,7 @@ func (l *blockLRU) AddChain(keys []uint64) int {
 		return m
 	}
 	for i := m - 1; i >= 0; i-- {
-		l.Add(keys[i])
+		l.Add(keys[i], chainShift(i))
 	}
 	return 0
 }
@@ -133,13 +157,14 @@ func (l *blockLRU) moveFront(first, last int32) {
 	l.pushFront(first, last)
 }
 
-// Len returns the number of keys held.
+// Len returns the weight held: the number of keys when every key weighs 1.
 func (l *blockLRU) Len() int { return l.len }
 
-// Resize changes the capacity, evicting the least recent keys past it.
+// Resize changes the capacity (in weight), evicting the least recent keys
+// past it.
 func (l *blockLRU) Resize(size int) {
 	l.size = min(max(size, 1), maxLRUSize)
-	for l.len > l.size {
+	for l.len > l.size && l.slots[0].prev != 0 {
 		l.removeOldest()
 	}
 }
@@ -149,6 +174,7 @@ func (l *blockLRU) Purge() {
 	clear(l.at)
 	l.slots = l.slots[:1]
 	l.slots[0] = lruSlot{}
+	l.shift = l.shift[:1]
 	l.free, l.len = 0, 0
 }
 
@@ -162,7 +188,7 @@ func (l *blockLRU) removeOldest() {
 	delete(l.at, l.slots[i].key)
 	l.slots[i] = lruSlot{next: l.free}
 	l.free = i
-	l.len--
+	l.len -= 1 << l.shift[i]
 }
 
 // unlink takes the linked run of slots from first to last (first the

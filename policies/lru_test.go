@@ -29,7 +29,7 @@ func TestBlockLRUMatchesSimpleLRU(t *testing.T) {
 				evictions++
 			}
 			ref.Add(key, struct{}{})
-			got.Add(key)
+			got.Add(key, 0)
 			adds++
 		case k < 990:
 			n := 1 + r.IntN(64)
@@ -115,7 +115,7 @@ func TestAddChainMatchesAdds(t *testing.T) {
 		}
 		headHeld := got.Contains(chain[0])
 		for i := len(chain) - 1; i >= 0; i-- {
-			want.Add(chain[i])
+			want.Add(chain[i], 0)
 		}
 		switch m := got.AddChain(chain); {
 		case m > 0:
@@ -133,4 +133,61 @@ func TestAddChainMatchesAdds(t *testing.T) {
 	require.Greater(t, spliced, 3000)
 	require.Greater(t, fallback, 200)
 	require.Greater(t, cold, 1000)
+}
+
+// TestLRUWeights plays chains of up to 500 blocks, whose deep blocks weigh
+// more (blockWeight), into a small store and holds it to a plain model: a
+// recency-ordered slice evicted from its end while the weight held passes
+// the capacity.
+func TestLRUWeights(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	const size = 900
+	got := newBlockLRU(size)
+	type entry struct {
+		key uint64
+		w   int
+	}
+	var model []entry // most recent first
+	add := func(key uint64, w int) {
+		for i, e := range model {
+			if e.key == key {
+				model = append(append([]entry{e}, model[:i]...), model[i+1:]...)
+				return
+			}
+		}
+		held := 0
+		for _, e := range model {
+			held += e.w
+		}
+		for len(model) > 0 && held+w > size {
+			held -= model[len(model)-1].w
+			model = model[:len(model)-1]
+		}
+		model = append([]entry{{key, w}}, model...)
+	}
+	heavy := 0
+	for trial := range 300 {
+		n := 1 + r.IntN(500)
+		base := uint64(r.IntN(4)) << 32 // a few chains share their blocks
+		chain := make([]uint64, n)
+		for i := range chain {
+			chain[i] = base | uint64(i)
+		}
+		got.AddChain(chain)
+		for i := n - 1; i >= 0; i-- {
+			add(chain[i], blockWeight(i))
+		}
+		if n > denseBlocks {
+			heavy++
+		}
+		held := 0
+		for _, e := range model {
+			held += e.w
+			require.True(t, got.Contains(e.key), "trial %d: key %x", trial, e.key)
+		}
+		require.Equal(t, held, got.Len(), "trial %d", trial)
+		require.Equal(t, len(model), len(got.at), "trial %d", trial)
+		require.LessOrEqual(t, got.Len(), size)
+	}
+	require.Greater(t, heavy, 100, "chains reaching the weighted blocks")
 }

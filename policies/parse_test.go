@@ -196,7 +196,7 @@ func TestParseShapes(t *testing.T) {
 			}
 			assert.NotZero(t, req.Keys.Leading)
 			assert.GreaterOrEqual(t, len(req.Keys.Blocks), tt.minBlocks)
-			assert.Equal(t, req.PromptBytes/small.BlockSize, len(req.Keys.Blocks))
+			assert.Equal(t, min(ChainBlocks(req.PromptBytes, small.BlockSize), small.MaxBlocks), len(req.Keys.Blocks))
 		})
 	}
 }
@@ -320,10 +320,11 @@ func TestParseErrorsAreSentinels(t *testing.T) {
 }
 
 func TestParseConfigDefaults(t *testing.T) {
-	body := `{"model":"m","prompt":"` + strings.Repeat("x", 100_000) + `"}`
+	body := `{"model":"m","prompt":"` + strings.Repeat("x", 1_100_000) + `"}`
 	req := mustParse(t, "/v1/completions", body, ParseConfig{})
 	assert.Len(t, req.Keys.Blocks, DefaultMaxBlocks)
-	assert.Equal(t, 100_000, req.PromptBytes)
+	assert.Equal(t, 1_100_000, req.PromptBytes)
+	assert.Equal(t, 1040<<10, ChainBytes(DefaultMaxBlocks, DefaultBlockSize), "the default chain reaches 1,040 KiB")
 }
 
 // TestParseCopiesPromptOnce checks that parsing a 512 KiB body allocates

@@ -6,5 +6,5 @@ package policies
 // router's requests on a replica until their first byte it is that
 // replica's Replica.PendingPrefill.
 func UncachedBytes(keys Keys, predicted int) int {
-	return max(keys.Bytes-predicted*keys.BlockBytes, 0)
+	return max(keys.Bytes-ChainBytes(predicted, keys.BlockBytes), 0)
 }

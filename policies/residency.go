@@ -308,15 +308,15 @@ func Classify(predicted int, concurrent bool, cachedTokens int) CheckResult {
 	return CheckCold
 }
 
-// PredictedTokens turns a prediction of predicted blocks of blockBytes
-// into the engine's tokens, with the engine's own bytes per token on this
+// PredictedTokens turns a prediction of predicted blocks of a chain of
+// blockBytes-sized blocks (ChainBytes) into the engine's tokens, with the engine's own bytes per token on this
 // prompt (promptTokens for promptBytes of canonical rendering), at most
 // the prompt; 0 when either size is unknown.
 func PredictedTokens(predicted, blockBytes, promptBytes, promptTokens int) int {
 	if promptTokens <= 0 || promptBytes <= 0 {
 		return 0
 	}
-	return min(predicted*blockBytes*promptTokens/promptBytes, promptTokens)
+	return min(ChainBytes(predicted, blockBytes)*promptTokens/promptBytes, promptTokens)
 }
 
 // EngineCache is what an engine's metrics say of its prefix cache.

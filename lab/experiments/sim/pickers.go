@@ -154,7 +154,7 @@ func (t *trueCache) Match([]uint64) int {
 	if cached == 0 || keys.BlockBytes <= 0 || len(f.tokens) == 0 {
 		return 0
 	}
-	return cached * keys.Bytes / len(f.tokens) / keys.BlockBytes
+	return policies.ChainBlocks(cached*keys.Bytes/len(f.tokens), keys.BlockBytes)
 }
 
 func newOracle(opts policies.Options, engines []*simengine.Engine) (*oracle, error) {

@@ -86,11 +86,15 @@ type ChainCap struct {
 // Label names the chain.
 func (c ChainCap) Label() string { return fmt.Sprintf("%d B x %d", c.BlockBytes, c.MaxBlocks) }
 
-// TraceChainCaps are the chains compared: the default (32 KiB), longer
-// caps of the same blocks, and sparser blocks (512 bytes) to the same
-// reach. 4,608 blocks of 128 bytes (576 KiB) cover a 128K-token prompt
-// of the replay's text (about 4.5 bytes per token).
-var TraceChainCaps = []ChainCap{{128, 256}, {128, 1024}, {128, 2048}, {128, 4608}, {512, 256}, {512, 1152}}
+// TraceChainCaps are the chains compared: 256 blocks of 128 bytes (32 KiB,
+// all of the same size), caps reaching into the doubling blocks (80 KiB,
+// 144 KiB), the default (640 blocks, 1,040 KiB: a 128K-token prompt of
+// the replay's text at about 4.5 bytes per token, with room), and larger
+// first blocks (512 bytes) to 128 KiB and 4.1 MiB.
+var TraceChainCaps = []ChainCap{{128, 256}, {128, 384}, {128, 448}, {128, 640}, {512, 256}, {512, 640}}
+
+// Reach is how many bytes of prompt the chain covers.
+func (c ChainCap) Reach() int { return policies.ChainBytes(c.MaxBlocks, c.BlockBytes) }
 
 // TraceRecord is trace.json.
 type TraceRecord struct {

@@ -31,9 +31,9 @@ func BenchmarkParseChain(b *testing.B) {
 }
 
 func TestChainCapsReach(t *testing.T) {
-	// The cost table's bodies: each chain holds min(cap, prompt / block)
-	// blocks, and the two longest chains (576 KiB) cover a whole
-	// 128K-token prompt, the reach issue 39 asks for.
+	// The cost table's bodies: each chain holds the blocks that lie within
+	// the prompt, at most its cap, and the two longest chains (the default,
+	// 1,040 KiB, and 4.1 MiB) cover a whole 128K-token prompt.
 	body := chatBodyOf(128 << 10)
 	covered := 0
 	for _, cc := range TraceChainCaps {
@@ -41,7 +41,7 @@ func TestChainCapsReach(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := min(cc.MaxBlocks, req.PromptBytes/cc.BlockBytes); len(req.Keys.Blocks) != want {
+		if want := min(cc.MaxBlocks, policies.ChainBlocks(req.PromptBytes, cc.BlockBytes)); len(req.Keys.Blocks) != want {
 			t.Errorf("%s: %d blocks of a %d-byte prompt, want %d", cc.Label(), len(req.Keys.Blocks), req.PromptBytes, want)
 		}
 		if len(req.Keys.Blocks) < cc.MaxBlocks {

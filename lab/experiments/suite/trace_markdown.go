@@ -89,7 +89,7 @@ func traceChainMarkdown(rec *TraceRecord) string {
 			ratio = fmt.Sprintf("%.3f", pt.TokenHitRate/or)
 		}
 		fmt.Fprintf(&b, "| %s | %d | %d B x %d | %d | %.3f | %s | %.0f | %.0f |\n", pt.Workload, pt.Seed, pt.BlockBytes, pt.MaxBlocks,
-			pt.BlockBytes*pt.MaxBlocks>>10, pt.TokenHitRate, ratio, pt.TTFTP50Ms, pt.TTFTP99Ms)
+			ChainCap{pt.BlockBytes, pt.MaxBlocks}.Reach()>>10, pt.TokenHitRate, ratio, pt.TTFTP50Ms, pt.TTFTP99Ms)
 	}
 	if len(rec.ParseCost) > 0 {
 		b.WriteString("\nCost per request of the keys (this machine, `testing.Benchmark`): policies.Parse of a chat body with one user message, " +
@@ -198,7 +198,7 @@ func TraceChainTable(rec *TraceRecord) string {
 				}
 				return "-"
 			})
-			fmt.Fprintf(&b, "| %s | %s | %d KiB | %s | %s |\n", c.Label(), cc.Label(), cc.BlockBytes*cc.MaxBlocks>>10, hit, ratio)
+			fmt.Fprintf(&b, "| %s | %s | %d KiB | %s | %s |\n", c.Label(), cc.Label(), cc.Reach()>>10, hit, ratio)
 		}
 	}
 	return b.String()

@@ -29,15 +29,15 @@ type TraceVariant struct {
 // rule of always the rendezvous home within the cold bound (cold_choices
 // 1), the peer rule's unique-traffic gate off (unique_run -1), a looser
 // slack for a new prefix's rendezvous home (cold_slack 4), no detours, a
-// 1,024-block chain, and the chain without detours.
+// the 256-block chain of 32 KiB, and that chain without detours.
 var TraceVariants = []TraceVariant{
 	{Name: "prefix_load"},
 	{Name: "cold_choices 1", ColdChoices: 1},
 	{Name: "unique_run -1", Options: policies.Options{UniqueRun: -1}},
 	{Name: "cold_slack 4", Options: policies.Options{ColdSlack: 4}},
 	{Name: "no detours", Options: policies.Options{DetourSlack: 1e6}},
-	{Name: "max_blocks 1024", MaxBlocks: 1024},
-	{Name: "max_blocks 1024, no detours", Options: policies.Options{DetourSlack: 1e6}, MaxBlocks: 1024},
+	{Name: "max_blocks 256", MaxBlocks: 256},
+	{Name: "max_blocks 256, no detours", Options: policies.Options{DetourSlack: 1e6}, MaxBlocks: 256},
 }
 
 // TraceVariantRouters is the router count the variants run with.
