@@ -248,6 +248,13 @@ func BenchmarkHandler(b *testing.B) {
 		b.Run("agent51KiB/"+endpoint+"-general/sse", func(b *testing.B) {
 			benchHandler(b, "handler-agent-general-"+endpoint, path, general, true)
 		})
+		big := make([][]byte, 16)
+		for i := range big {
+			big[i] = build(agentbody.Spec{Size: 256 << 10, Tools: 40, Tenant: i % 8, Seed: uint64(i), Stream: true, Model: "bench-model"})
+		}
+		b.Run("agent256KiB/"+endpoint+"/sse", func(b *testing.B) {
+			benchHandler(b, "handler-agent256-"+endpoint, path, big, true)
+		})
 	}
 }
 
