@@ -17,7 +17,8 @@ import (
 // undercharge a true report, so it is loose: the prompt is at most one
 // token per byte of the request body plus promptSlack (the chat
 // template's tokens), plus mediaSlack when the body names an image, audio,
-// video or file part (media by URL cost tokens their bytes do not show);
+// video, file or document part (media by URL or by file id cost tokens
+// their bytes do not show);
 // the output at most the request's own limit (max_tokens,
 // max_completion_tokens, max_output_tokens, times n) or, without one, one
 // token per byte of the answer relayed plus outputSlack. A clamped report
@@ -44,13 +45,18 @@ type usageBound struct {
 	maxOutput int64
 }
 
-// mediaWords are what a body naming a media part contains.
-var mediaWords = wordscan.NewSet("image", "audio", "video", `"file`)
+// mediaWords start a JSON string or key in each media part that costs
+// tokens its bytes do not show (one by URL or by file id): OpenAI's
+// image_url and file, the Responses API's input_image and input_file
+// (image_url, file_id, file_url), vLLM's and SGLang's audio_url,
+// video_url and image_embeds, Anthropic's image and document. Inline data
+// (input_audio's, a base64 image's) is counted by its bytes.
+var mediaWords = wordscan.NewSet("image", "audio", "video", "file", "document")
 
 // boundOf reads the bound of a request body whose output limit the parse
 // read (policies.Request.OutputLimit). The media words are looked for in
-// one pass (wordscan: each one's first byte is frequent in a body, and a
-// search for a word stops at each).
+// one pass over the body (wordscan), which costs little where the body
+// is long prompt text.
 func boundOf(body []byte, outputLimit int64) usageBound {
 	b := usageBound{prompt: float64(len(body)) + promptSlack, maxOutput: outputLimit}
 	if wordscan.Contains(body, mediaWords) {

@@ -20,6 +20,8 @@ func TestUsageBound(t *testing.T) {
 	body := `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`
 	n := float64(len(body)) + promptSlack
 	image := `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x/a.png"}}]}]}`
+	doc := `{"model":"m","messages":[{"role":"user","content":[{"type":"document","source":{"type":"url","url":"http://x/a.pdf"}}]}]}`
+	prose := `{"model":"m","messages":[{"role":"user","content":"an image, audio or video file: a document"}]}`
 	cases := []struct {
 		name   string
 		body   string
@@ -38,6 +40,8 @@ func TestUsageBound(t *testing.T) {
 		{"a limit that is not a count is no limit", `{"model":"m","max_tokens":"x"}`, 1e12, 10, 30 + promptSlack + 10 + outputSlack, clampBound},
 		{"a media part allows for its tokens", image, 1e12, 10, float64(len(image)) + promptSlack + mediaSlack + 10 + outputSlack, clampBound},
 		{"an image's true report is kept", image, 3000, 10, 3000, ""},
+		{"a document by URL allows for its tokens", doc, 1e12, 10, float64(len(doc)) + promptSlack + mediaSlack + 10 + outputSlack, clampBound},
+		{"media named in the prompt's text is no part", prose, 1e12, 10, float64(len(prose)) + promptSlack + 10 + outputSlack, clampBound},
 	}
 	accepted := 0
 	for _, c := range cases {

@@ -1,29 +1,27 @@
 package wordscan
 
-// simdPairs: indexPair compares 16 positions an instruction (SSE2, part
-// of every amd64).
-const simdPairs = true
-
-// indexPair returns the first i with b[i], b[i+1] one of pairs' pairs,
-// or -1.
-func indexPair(b []byte, pairs *[2 * MaxWords]byte) int {
-	t := 0 // where the 16-byte blocks end
-	if n := len(b) - 16; n > 0 {
-		if i := indexPairSSE2(&b[0], n, pairs); i >= 0 {
+// index returns the first i with s.pair(b, i), or -1: 64 bytes at a time
+// with SSE2 (part of every amd64), the last ones a byte at a time.
+func index(b []byte, s *Set) int {
+	t := 0 // where the 64-byte runs end
+	if len(b) >= runReach {
+		if i := indexSSE2(&b[0], len(b), &s.vec); i >= 0 {
 			return i
 		}
-		t = (n + 15) &^ 15
+		t = ((len(b)-runReach)/64 + 1) * 64
 	}
-	// The last positions, fewer than 17 bytes from the end.
-	if k := indexPairRef(b[t:], pairs); k >= 0 {
+	if k := indexRef(b[t:], s); k >= 0 {
 		return t + k
 	}
 	return -1
 }
 
-// indexPairSSE2 returns the first i with p[i], p[i+1] one of the pairs
-// in the 16-byte blocks from 0 that start below n, or -1: p holds the
-// n+16 bytes they read.
+// runReach is how many bytes from its start a 64-byte run reads: its
+// last position's pair lies two bytes past it.
+const runReach = 64 + 2
+
+// indexSSE2 returns the first i with s.pair in the 64-byte runs of the n
+// bytes at p that start at or below n-runReach, or -1.
 //
 //go:noescape
-func indexPairSSE2(p *byte, n int, pairs *[2 * MaxWords]byte) int
+func indexSSE2(p *byte, n int, vec *[1 + 2*MaxWords][16]byte) int

@@ -1,56 +1,75 @@
 #include "textflag.h"
 
-// BCAST fills X with the byte at off(R8) in every lane.
-#define BCAST(off, X) MOVBQZX off(R8), AX; IMULQ DX, AX; MOVQ AX, X; PUNPCKLQDQ X, X
+// QUOTES ors into X0 the quote positions of the 16 bytes at off(SI)(BX).
+#define QUOTES(off) MOVOU off(SI)(BX*1), X1; PCMPEQB X2, X1; POR X1, X0
 
-// PAIR ors into X12 the positions where X0 (the bytes at i) equals A and
-// X1 (the bytes at i+1) equals B.
-#define PAIR(A, B) \
-	MOVO X0, X13; PCMPEQB A, X13; \
-	MOVO X1, X14; PCMPEQB B, X14; \
-	PAND X14, X13; POR X13, X12
+// PAIR ors into X0 the positions where X1 (the bytes at i+1) and X14
+// (the bytes at i+2) equal pair k of vec.
+#define PAIR(k) \
+	MOVOU (16+32*k)(R8), X3; PCMPEQB X1, X3; \
+	MOVOU (32+32*k)(R8), X4; PCMPEQB X14, X4; \
+	PAND X4, X3; POR X3, X0
 
 // X15 is left alone: Go's register ABI keeps zero in it.
 
-// func indexPairSSE2(p *byte, n int, pairs *[10]byte) int
-TEXT ·indexPairSSE2(SB), NOSPLIT, $0-32
+// func indexSSE2(p *byte, n int, vec *[11][16]byte) int
+TEXT ·indexSSE2(SB), NOSPLIT, $0-32
 	MOVQ p+0(FP), SI
 	MOVQ n+8(FP), CX
-	MOVQ pairs+16(FP), R8
-	MOVQ $0x0101010101010101, DX
-	BCAST(0, X2)
-	BCAST(1, X3)
-	BCAST(2, X4)
-	BCAST(3, X5)
-	BCAST(4, X6)
-	BCAST(5, X7)
-	BCAST(6, X8)
-	BCAST(7, X9)
-	BCAST(8, X10)
-	BCAST(9, X11)
+	MOVQ vec+16(FP), R8
+	MOVOU (R8), X2 // the quote
+	SUBQ $66, CX   // the last run's start
 	XORQ BX, BX
 
-loop:
+run:
 	CMPQ BX, CX
-	JGE  none
-	MOVOU (SI)(BX*1), X0
-	MOVOU 1(SI)(BX*1), X1
-	PXOR X12, X12
-	PAIR(X2, X3)
-	PAIR(X4, X5)
-	PAIR(X6, X7)
-	PAIR(X8, X9)
-	PAIR(X10, X11)
-	PMOVMSKB X12, AX
+	JGT  none
+	PXOR X0, X0
+	QUOTES(0)
+	QUOTES(16)
+	QUOTES(32)
+	QUOTES(48)
+	PMOVMSKB X0, AX
 	TESTL AX, AX
+	JNZ  blocks
+	ADDQ $64, BX
+	JMP  run
+
+blocks:
+	// A quote somewhere in the run: each 16-byte block with one is
+	// compared with the pairs.
+	MOVQ BX, R9
+	LEAQ 64(BX), R10
+
+block:
+	MOVOU (SI)(R9*1), X0
+	PCMPEQB X2, X0
+	PMOVMSKB X0, AX
+	TESTL AX, AX
+	JZ   next
+	MOVOU 1(SI)(R9*1), X1
+	MOVOU 2(SI)(R9*1), X14
+	PXOR X0, X0
+	PAIR(0)
+	PAIR(1)
+	PAIR(2)
+	PAIR(3)
+	PAIR(4)
+	PMOVMSKB X0, DX
+	ANDL AX, DX
 	JNZ  found
-	ADDQ $16, BX
-	JMP  loop
+
+next:
+	ADDQ $16, R9
+	CMPQ R9, R10
+	JLT  block
+	MOVQ R10, BX
+	JMP  run
 
 found:
-	BSFL AX, AX
-	ADDQ AX, BX
-	MOVQ BX, ret+24(FP)
+	BSFL DX, DX
+	ADDQ DX, R9
+	MOVQ R9, ret+24(FP)
 	RET
 
 none:

@@ -2,7 +2,19 @@
 
 package wordscan
 
-// simdPairs: Occur calls bytes.Contains a word.
-const simdPairs = false
+import "bytes"
 
-func indexPair(b []byte, pairs *[2 * MaxWords]byte) int { return indexPairRef(b, pairs) }
+// index returns the first i with s.pair(b, i), or -1: from quote to
+// quote.
+func index(b []byte, s *Set) int {
+	for i := 0; ; {
+		k := bytes.IndexByte(b[i:], '"')
+		if k < 0 || i+k+2 >= len(b) {
+			return -1
+		}
+		if i += k; s.pair(b, i) {
+			return i
+		}
+		i++
+	}
+}
