@@ -91,61 +91,43 @@ func (c *sink) writeLit(lit []byte, n int) {
 func (c *sink) writeUnquoted(lit []byte) { c.writeUnquotedN(lit, -1) }
 
 // writeUnquotedN is writeUnquoted for a literal whose decoded length is n
-// (-1: unknown). Source code has an escape every 15 bytes or so, so the
-// decoded bytes go to the sink a chunk at a time from a buffer on the
-// stack rather than a write per run and per escape; once the sink has all
-// its blocks, the rest only counts (n known) or is decoded without a
-// buffer to copy (n unknown: Write only counts then).
+// (-1: unknown). The literal is decoded straight into the block being
+// filled (jsonscan.Unquote: source code has an escape every 15 bytes or
+// so, and it finds them 64 bytes at a time), each block hashed as it
+// fills; once the sink has all its blocks the rest only counts (n known)
+// or is decoded through a buffer on the stack (n unknown, or a digest).
 func (c *sink) writeUnquotedN(lit []byte, n int) {
 	s := lit[1 : len(lit)-1]
-	var buf [512]byte
-	k, done := 0, 0 // bytes in buf; bytes written before them
-	flush := func() bool {
-		c.Write(buf[:k])
-		done += k
-		k = 0
-		if n >= 0 && c.capped() {
-			c.total += n - done
-			return true
-		}
-		return false
-	}
-	for len(s) > 0 {
-		i := bytes.IndexByte(s, '\\')
-		if i < 0 {
-			i = len(s)
-		}
-		if run := s[:i]; k+len(run) <= len(buf) {
-			k += copy(buf[k:], run)
+	done := 0 // bytes decoded so far
+	for len(s) > 0 && c.digest == nil && len(c.blocks) < c.max {
+		w, r := jsonscan.Unquote(c.buf[8+c.n:], s)
+		if r == 0 {
+			// Too little room left in the block for the next escape's
+			// bytes: decode it apart and let Write split it.
+			var one [utf8.UTFMax]byte
+			w, r = jsonscan.Unquote(one[:], s)
+			c.Write(one[:w])
 		} else {
-			if flush() {
-				return
-			}
-			c.Write(run)
-			done += len(run)
-			if n >= 0 && c.capped() {
-				c.total += n - done
-				return
-			}
+			c.n += w
+			c.total += w
+			c.flush()
 		}
-		s = s[i:]
-		if len(s) == 0 {
-			break
-		}
-		if k+utf8.UTFMax > len(buf) && flush() {
-			return
-		}
-		if e := s[1]; e != 'u' {
-			buf[k] = unescaped[e]
-			k++
-			s = s[2:]
-			continue
-		}
-		r, width, _ := jsonscan.Unicode(s, 0)
-		s = s[width:]
-		k += utf8.EncodeRune(buf[k:], r)
+		done += w
+		s = s[r:]
 	}
-	c.Write(buf[:k])
+	if len(s) == 0 {
+		return
+	}
+	if n >= 0 && c.capped() {
+		c.total += n - done
+		return
+	}
+	var buf [512]byte
+	for len(s) > 0 {
+		w, r := jsonscan.Unquote(buf[:], s)
+		c.Write(buf[:w])
+		s = s[r:]
+	}
 }
 
 // appendUnquoted appends the string literal lit (quotes included, valid

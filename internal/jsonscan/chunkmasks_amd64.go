@@ -20,3 +20,8 @@ func masks(b []byte, ms []chunkMasks) {
 
 //go:noescape
 func masksSSE2(p *byte, n int, m *chunkMasks)
+
+// backslashes64 is the mask of the backslashes of a (bit k for a[k]).
+//
+//go:noescape
+func backslashes64(a *[64]byte) uint64

@@ -67,3 +67,20 @@ loop:
 
 done:
 	RET
+
+// BSLANE ors into AX the backslashes of the 16 bytes at off(SI), at sh.
+#define BSLANE(off, sh) \
+	MOVOU off(SI), X0; PCMPEQB X1, X0; \
+	PMOVMSKB X0, DX; SHLQ $sh, DX; ORQ DX, AX
+
+// func backslashes64(a *[64]byte) uint64
+TEXT ·backslashes64(SB), NOSPLIT, $0-16
+	MOVQ a+0(FP), SI
+	BCAST(0x5c5c5c5c5c5c5c5c, X1)
+	XORQ AX, AX
+	BSLANE(0, 0)
+	BSLANE(16, 16)
+	BSLANE(32, 32)
+	BSLANE(48, 48)
+	MOVQ AX, ret+8(FP)
+	RET
