@@ -81,7 +81,7 @@ func NewAnswer(keys Keys) *Answer {
 
 // WriteString appends the next piece of the answer's text (the content of
 // one streamed chunk).
-func (a *Answer) WriteString(text string) { a.s.WriteString(text) }
+func (a *Answer) WriteString(text string) { a.s.writeText(text) }
 
 // Chain ends the answer and returns the prompt's chain followed by the
 // blocks the answer completed, as the next request's chain will begin;

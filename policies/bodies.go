@@ -49,11 +49,13 @@ type jsonText struct {
 	// string it is set, instead of s, by the fast paths for text that is
 	// mostly rendered (parts' and blocks' text, function outputs) when it
 	// has escapes: the literal, decoded as it renders (or by str), with n
-	// its decoded length. One field for both keeps jsonText at 48 bytes; a
+	// its decoded length and plain set when it renders as it is
+	// (sink.writeLit). One field for both keeps jsonText at 48 bytes; a
 	// block holds eighteen.
-	raw  []byte
-	n    int32
-	kind shape
+	raw   []byte
+	n     int32
+	kind  shape
+	plain bool
 }
 
 func (t *jsonText) UnmarshalJSON(data []byte) error {
@@ -86,10 +88,10 @@ func (t *jsonText) render(w *sink) {
 	switch t.kind {
 	case shapeString:
 		if t.raw != nil {
-			w.writeLit(t.raw, int(t.n))
+			w.writeLit(t.raw, int(t.n), t.plain)
 			return
 		}
-		w.WriteString(t.s)
+		w.writeText(t.s)
 	case shapeOther:
 		w.Write(t.raw)
 	}
@@ -178,7 +180,8 @@ type chatMessage struct {
 type content struct {
 	text  string
 	lit   []byte
-	n     int // lit's decoded length
+	n     int  // lit's decoded length
+	plain bool // lit renders as it is (sink.writeLit)
 	parts []contentPart
 	kind  shape
 }

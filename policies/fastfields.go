@@ -136,9 +136,9 @@ func (s *reader) lazyText(t *jsonText) bool {
 	if s.Peek() != '"' {
 		return s.textField(t)
 	}
-	v, lit, n, ok := s.lazyString()
+	v, lit, n, plain, ok := s.lazyString()
 	if lit != nil {
-		*t = jsonText{raw: lit, n: int32(n), kind: shapeString}
+		*t = jsonText{raw: lit, n: int32(n), kind: shapeString, plain: plain}
 	} else {
 		*t = jsonText{s: v, kind: shapeString}
 	}
@@ -146,18 +146,18 @@ func (s *reader) lazyText(t *jsonText) bool {
 }
 
 // lazyString reads a string: its text when it has no escapes (the body's
-// own bytes, no copy), else its literal and decoded length, to be decoded
-// as it renders (sink.writeLit).
-func (s *reader) lazyString() (text string, lit []byte, n int, ok bool) {
-	l, n, ok := s.StringLen()
+// own bytes, no copy), else its literal, decoded length and whether it is
+// plain, to be rendered as it is or decoded as it renders (sink.writeLit).
+func (s *reader) lazyString() (text string, lit []byte, n int, plain, ok bool) {
+	l, n, plain, ok := s.StringLen()
 	if !ok {
-		return "", nil, 0, false
+		return "", nil, 0, false, false
 	}
 	if n != len(l)-2 {
-		return "", l, n, true
+		return "", l, n, plain, true
 	}
 	v := l[1 : len(l)-1]
-	return unsafe.String(unsafe.SliceData(v), len(v)), nil, 0, true
+	return unsafe.String(unsafe.SliceData(v), len(v)), nil, 0, false, true
 }
 
 // rawValue reads any value into r (null as absent), without copying it.

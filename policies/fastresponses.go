@@ -1,6 +1,10 @@
 package policies
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/llmroute/caddy-llmroute/internal/jsonscan"
+)
 
 // fastResponses is fastChat's counterpart for the Responses API
 // (/v1/responses, what Codex-style agents send): one pass with the
@@ -96,15 +100,28 @@ func fastResponses(body []byte, cfg ParseConfig) (*Request, bool) {
 // id (null: none).
 func (s *reader) conversation(c *conversation) bool {
 	*c = conversation{}
-	var id jsonText
+	var id string
+	// The id names a session: decoded exactly as encoding/json decodes it
+	// (invalid UTF-8 replaced), unlike rendered text.
+	exact := func() bool {
+		if s.Lit("null") {
+			id = ""
+			return true
+		}
+		lit, esc, ok := s.String()
+		if ok {
+			id, ok = jsonscan.Text(lit, esc)
+		}
+		return ok
+	}
 	if s.Peek() == '{' {
-		if !s.Object(idNames, func(int) bool { return s.textField(&id) }) {
+		if !s.Object(idNames, func(int) bool { return exact() }) {
 			return false
 		}
-	} else if !s.textField(&id) {
+	} else if !exact() {
 		return false
 	}
-	c.id = strings.Clone(id.s)
+	c.id = strings.Clone(id)
 	return true
 }
 

@@ -3,6 +3,7 @@ package policies
 import (
 	"encoding/json"
 	"strings"
+	"unsafe"
 )
 
 // Anthropic's Messages API (/v1/messages, which vLLM, SGLang and llama.cpp
@@ -54,16 +55,17 @@ type anthropicMessage struct {
 // and all, decoded as it renders, like content's (a tool result carrying a
 // source file is most of an agent's body, and escapes all through).
 type blocks struct {
-	text string
-	lit  []byte
-	n    int // lit's decoded length (content.n)
-	list []block
-	kind shape
+	text  string
+	lit   []byte
+	n     int  // lit's decoded length (content.n)
+	plain bool // (content.plain)
+	list  []block
+	kind  shape
 }
 
 // content returns a string or absent blocks as a chat content.
 func (b *blocks) content() content {
-	return content{text: b.text, lit: b.lit, n: b.n, kind: b.kind}
+	return content{text: b.text, lit: b.lit, n: b.n, plain: b.plain, kind: b.kind}
 }
 
 // str returns a string content's text, decoding lit.
@@ -264,7 +266,9 @@ func appendMessage(msgs []chatMessage, m *anthropicMessage, cb *convBufs) []chat
 				if !bl.inputTight {
 					args = appendCompact(nil, args)
 				}
-				tc.Function.Arguments = jsonText{raw: args, kind: shapeOther}
+				// The chat API carries arguments as a string of this
+				// JSON, and renders them as its text.
+				tc.Function.Arguments = jsonText{s: unsafe.String(unsafe.SliceData(args), len(args)), kind: shapeString}
 			}
 			calls = append(calls, tc)
 		default:

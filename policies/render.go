@@ -39,10 +39,10 @@ func renderContent(w *sink, c *content) {
 	switch c.kind {
 	case shapeString:
 		if c.lit != nil {
-			w.writeLit(c.lit, c.n)
+			w.writeLit(c.lit, c.n, c.plain)
 			return
 		}
-		w.WriteString(c.text)
+		w.writeText(c.text)
 	case shapeArray:
 		for i := range c.parts {
 			if i > 0 {
@@ -113,7 +113,7 @@ func renderChatMessage(w *sink, m *chatMessage) {
 // like the equivalent chat messages.
 func renderText(w *sink, role, text string) {
 	header(w, role)
-	w.WriteString(text)
+	w.writeText(text)
 	w.WriteString(endTag)
 }
 
@@ -157,13 +157,13 @@ func renderItem(w *sink, it *responseItem) {
 func renderPrompt(w *sink, p *prompt) {
 	switch {
 	case p.kind == shapeString:
-		w.WriteString(p.text)
+		w.writeText(p.text)
 	case p.texts != nil:
 		for i, s := range p.texts {
 			if i > 0 {
 				w.WriteString("<|sep|>")
 			}
-			w.WriteString(s)
+			w.writeText(s)
 		}
 	case p.tokens != nil:
 		renderTokens(w, p.tokens)

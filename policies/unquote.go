@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/llmroute/caddy-llmroute/internal/jsonscan"
 )
@@ -72,61 +73,49 @@ func unquote(lit []byte) (string, bool) {
 // for, for the one-byte escapes ('u' is not among them).
 var unescaped = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
-// writeLit renders an escaped literal whose decoded length is n: past the
-// block cap only the length counts, so it is added without decoding (most
-// of an agent's tool results lie there), and a literal that reaches the
-// cap is decoded only up to it.
-func (c *sink) writeLit(lit []byte, n int) {
+// writeLit renders the text of a string literal of the body (quotes
+// included, valid JSON: jsonscan.StringEndPlain accepted it) whose decoded
+// length is n, escaped as writeText escapes: a plain literal is that
+// already and is copied as it is; another is decoded and escaped again
+// through buffers on the stack. Past the block cap only the length counts
+// (most of an agent's tool results lie there).
+func (c *sink) writeLit(lit []byte, n int, plain bool) {
+	c.total += n
 	if c.capped() {
-		c.total += n
 		return
 	}
-	c.writeUnquotedN(lit, n)
+	s := lit[1 : len(lit)-1]
+	if plain {
+		c.put(s)
+		return
+	}
+	var dec [512]byte
+	var esc [6 * 512]byte
+	for len(s) > 0 && !c.capped() {
+		w, r := jsonscan.Unquote(dec[:], s)
+		c.put(jsonscan.AppendEscaped(esc[:0], unsafe.String(&dec[0], w)))
+		s = s[r:]
+	}
 }
 
-// writeUnquoted renders the string literal lit (quotes included, valid
-// JSON: jsonscan.StringEnd accepted it) into the sink as unquote decodes
-// it, byte for byte, without building the string. It is how fastChat
-// renders an escaped prompt string without a copy.
-func (c *sink) writeUnquoted(lit []byte) { c.writeUnquotedN(lit, -1) }
-
-// writeUnquotedN is writeUnquoted for a literal whose decoded length is n
-// (-1: unknown). The literal is decoded straight into the block being
-// filled (jsonscan.Unquote: source code has an escape every 15 bytes or
-// so, and it finds them 64 bytes at a time), each block hashed as it
-// fills; once the sink has all its blocks the rest only counts (n known)
-// or is decoded through a buffer on the stack (n unknown, or a digest).
-func (c *sink) writeUnquotedN(lit []byte, n int) {
-	s := lit[1 : len(lit)-1]
-	done := 0 // bytes decoded so far
-	for len(s) > 0 && c.digest == nil && len(c.blocks) < c.max {
-		w, r := jsonscan.Unquote(c.buf[8+c.n:], s)
-		if r == 0 {
-			// Too little room left in the block for the next escape's
-			// bytes: decode it apart and let Write split it.
-			var one [utf8.UTFMax]byte
-			w, r = jsonscan.Unquote(one[:], s)
-			c.Write(one[:w])
-		} else {
-			c.n += w
-			c.total += w
-			c.flush()
-		}
-		done += w
-		s = s[r:]
-	}
-	if len(s) == 0 {
+// writeText renders text (decoded) escaped as in a JSON string
+// (jsonscan.AppendEscaped), so that it renders as a plain literal of it
+// does: the general path's decoded strings, an answer's text and the fast
+// paths' literals without escapes all go this way.
+func (c *sink) writeText(s string) {
+	c.total += len(s)
+	if c.capped() {
 		return
 	}
-	if n >= 0 && c.capped() {
-		c.total += n - done
+	if jsonscan.Escaped(s) {
+		c.putString(s)
 		return
 	}
-	var buf [512]byte
-	for len(s) > 0 {
-		w, r := jsonscan.Unquote(buf[:], s)
-		c.Write(buf[:w])
-		s = s[r:]
+	var esc [6 * 512]byte
+	for len(s) > 0 && !c.capped() {
+		k := min(len(s), 512)
+		c.put(jsonscan.AppendEscaped(esc[:0], s[:k]))
+		s = s[k:]
 	}
 }
 

@@ -3,6 +3,7 @@ package policies
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/llmroute/caddy-llmroute/internal/jsonscan"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -53,44 +54,56 @@ func FuzzUnquote(f *testing.F) {
 	})
 }
 
-// TestWriteUnquotedMatchesUnquote proves rendering a literal straight into
-// the sink gives the blocks and byte count that rendering unquote's string
-// gives, and appendUnquoted unquote's bytes, on escapes of every kind (surrogate pairs, lone surrogates,
-// invalid UTF-8 left as it is) at every split of the blocks.
-func TestWriteUnquotedMatchesUnquote(t *testing.T) {
+// TestWriteLitMatchesText proves rendering a literal straight into the
+// sink (copied when plain, else decoded and escaped again) gives the
+// blocks and byte count that rendering unquote's string as text gives,
+// and appendUnquoted unquote's bytes, on escapes of every kind (surrogate
+// pairs, lone surrogates, invalid UTF-8 left as it is) at every split of
+// the blocks; it counts the plain literals and the others.
+func TestWriteLitMatchesText(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
-	pieces := []string{`\n`, `\"`, `\\`, `\/`, `\b`, `\f`, `\r`, `\t`, `\u00e9`, `\u20ac`, `\ud83d\ude00`, `\ud83d`, `\udc00`, `\ud83dx`, `\ud83d\u0041`, "abc", "é", "\xff", " ", "0123456789abcdef"}
+	pieces := []string{`\n`, `\"`, `\\`, `\/`, `\b`, `\f`, `\r`, `\t`, `\u00e9`, `\u20ac`, `\ud83d\ude00`, `\ud83d`, `\udc00`, `\ud83dx`, `\ud83d\u0041`, `\u000a`, `\u0022`, "abc", "é", "\xff", " ", "0123456789abcdef"}
+	plainPieces := []string{`\n`, `\"`, `\\`, `\t`, "abc", "é", "\xff", " ", "0123456789abcdef"}
+	plains, others := 0, 0
 	for range 5000 {
+		pool := pieces
+		if r.IntN(2) == 0 {
+			pool = plainPieces
+		}
 		lit := []byte{'"'}
-		for range r.IntN(200) { // past writeUnquoted's 512-byte buffer too
-			lit = append(lit, pieces[r.IntN(len(pieces))]...)
+		for range r.IntN(200) { // past writeLit's 512-byte buffers too
+			lit = append(lit, pool[r.IntN(len(pool))]...)
 		}
 		lit = append(lit, '"')
 		want, ok := unquote(lit)
 		if !ok {
 			t.Fatalf("unquote(%s) failed", lit)
 		}
-		bs := 1 + r.IntN(16)
-		var a, b sink
-		a.initChain(7, bs, 64, len(lit))
-		b.initChain(7, bs, 64, len(lit))
-		a.writeUnquoted(lit)
-		b.WriteString(want)
-		if a.total != b.total || !slices.Equal(a.blocks, b.blocks) || a.n != b.n || !bytes.Equal(a.buf, b.buf) {
-			t.Fatalf("writeUnquoted(%s): %d bytes, %v; unquote: %d bytes, %v", lit, a.total, a.blocks, b.total, b.blocks)
+		end, n, plain, ok := jsonscan.StringEndPlain(lit, 0)
+		if !ok || end != len(lit) || n != len(want) {
+			t.Fatalf("StringEndPlain(%s) = %d %d %v", lit, end, n, ok)
 		}
-		// With its decoded length known, over a chain of few blocks: what
-		// lies past the cap only counts.
-		var cn, cw sink
-		cn.initChain(7, bs, 1+r.IntN(3), len(lit))
-		cw.initChain(7, bs, cn.max, len(lit))
-		cn.writeLit(lit, len(want))
-		cw.WriteString(want)
-		if cn.total != cw.total || !slices.Equal(cn.blocks, cw.blocks) || cn.n != cw.n || !bytes.Equal(cn.buf, cw.buf) {
-			t.Fatalf("writeLit(%s) at %d blocks: %d bytes, %v; unquote: %d bytes, %v", lit, cn.max, cn.total, cn.blocks, cw.total, cw.blocks)
+		if plain {
+			plains++
+		} else {
+			others++
+		}
+		bs := 1 + r.IntN(16)
+		for _, max := range []int{64, 1 + r.IntN(3)} { // past the cap only the length counts
+			var a, b sink
+			a.initChain(7, bs, max, len(lit))
+			b.initChain(7, bs, max, len(lit))
+			a.writeLit(lit, n, plain)
+			b.writeText(want)
+			if a.total != b.total || !slices.Equal(a.blocks, b.blocks) || a.n != b.n || !bytes.Equal(a.buf, b.buf) {
+				t.Fatalf("writeLit(%s) at %d blocks: %d bytes, %v; writeText: %d bytes, %v", lit, max, a.total, a.blocks, b.total, b.blocks)
+			}
 		}
 		if got := appendUnquoted([]byte("x"), lit); string(got) != "x"+want {
 			t.Fatalf("appendUnquoted(%s) = %q, unquote %q", lit, got[1:], want)
 		}
+	}
+	if plains < 1000 || others < 1000 {
+		t.Fatalf("%d plain literals, %d others: too few", plains, others)
 	}
 }

@@ -9,10 +9,12 @@ type chunkMasks struct {
 	qt  uint64 // quotes
 	ctl uint64 // control bytes (below 0x20, invalid in a string)
 	// esc has the bytes that may follow a backslash (" \ / b f n r t u)
-	// and u the u's of them; masks sets them only where simdMasks is,
-	// else escapedChunks looks the escaped bytes up.
-	esc uint64
-	u   uint64
+	// and slow the u's and slashes of them, the escapes a plain literal
+	// does not have (a \/ is rare, and only costs the \u loop a look);
+	// masks sets them only where simdMasks is, else escapedChunks looks
+	// the escaped bytes up.
+	esc  uint64
+	slow uint64
 }
 
 // masks64Go classes one chunk eight bytes at a time, without esc and u:

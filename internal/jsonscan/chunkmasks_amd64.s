@@ -5,7 +5,7 @@
 
 // LANE classes the 16 bytes at off(SI) into the 16 bits at sh of R9
 // (backslashes), R10 (quotes), R11 (control bytes), R12 (escape letters)
-// and R13 (u's). X5..X14 hold the bytes compared against.
+// and R13 (u's and slashes). X5..X14 hold the bytes compared against.
 #define LANE(off, sh) \
 	MOVOU off(SI), X0; \
 	MOVO X0, X1; PCMPEQB X5, X1; \
@@ -15,13 +15,13 @@
 	PMOVMSKB X2, AX; SHLQ $sh, AX; ORQ AX, R10; \
 	PMOVMSKB X3, AX; SHLQ $sh, AX; ORQ AX, R11; \
 	POR X1, X2; \
-	MOVO X0, X1; PCMPEQB X8, X1; POR X1, X2; \
+	MOVO X0, X3; PCMPEQB X8, X3; POR X3, X2; \
 	MOVO X0, X1; PCMPEQB X9, X1; POR X1, X2; \
 	MOVO X0, X1; PCMPEQB X10, X1; POR X1, X2; \
 	MOVO X0, X1; PCMPEQB X11, X1; POR X1, X2; \
 	MOVO X0, X1; PCMPEQB X12, X1; POR X1, X2; \
 	MOVO X0, X1; PCMPEQB X13, X1; POR X1, X2; \
-	MOVO X0, X4; PCMPEQB X14, X4; POR X4, X2; \
+	MOVO X0, X4; PCMPEQB X14, X4; POR X4, X2; POR X3, X4; \
 	PMOVMSKB X2, AX; SHLQ $sh, AX; ORQ AX, R12; \
 	PMOVMSKB X4, AX; SHLQ $sh, AX; ORQ AX, R13
 

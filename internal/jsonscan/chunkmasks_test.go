@@ -27,8 +27,8 @@ func masksRef(a []byte) chunkMasks {
 		if simdMasks && escClass[c] != escBad {
 			m.esc |= bit
 		}
-		if simdMasks && c == 'u' {
-			m.u |= bit
+		if simdMasks && (c == 'u' || c == '/') {
+			m.slow |= bit
 		}
 	}
 	return m
@@ -115,7 +115,7 @@ func TestMasksProperty(t *testing.T) {
 // five words in this order.
 func TestChunkMasksLayout(t *testing.T) {
 	var m chunkMasks
-	got := []uintptr{unsafe.Offsetof(m.bs), unsafe.Offsetof(m.qt), unsafe.Offsetof(m.ctl), unsafe.Offsetof(m.esc), unsafe.Offsetof(m.u), unsafe.Sizeof(m)}
+	got := []uintptr{unsafe.Offsetof(m.bs), unsafe.Offsetof(m.qt), unsafe.Offsetof(m.ctl), unsafe.Offsetof(m.esc), unsafe.Offsetof(m.slow), unsafe.Sizeof(m)}
 	want := []uintptr{0, 8, 16, 24, 32, 40}
 	for i := range want {
 		if got[i] != want[i] {

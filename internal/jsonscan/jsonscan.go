@@ -332,8 +332,18 @@ func StringEnd(b []byte, i int) (end int, esc, ok bool) {
 // escape anyway; the renderer counts a string that lies past the block cap
 // by it instead of decoding it.
 func StringEndLen(b []byte, i int) (end, n int, ok bool) {
+	end, n, _, ok = StringEndPlain(b, i)
+	return end, n, ok
+}
+
+// StringEndPlain is StringEndLen that also reports whether the literal is
+// plain: none of its escapes is \u or \/, so that its contents are already
+// what AppendEscaped makes of the decoded text (JSON leaves a writer no
+// other choice for the other escapes) and can be rendered as they are.
+func StringEndPlain(b []byte, i int) (end, n int, plain, ok bool) {
 	j := i + 1
 	escapes, shrink := 0, 0 // shrink: the bytes the escapes lose in decoding
+	slow := false            // a \u or \/ escape seen
 	// Keys and short values (shortString): eight bytes at a time, the
 	// first quote, backslash or control byte ends them sooner than the
 	// searches below get going.
@@ -344,7 +354,7 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 		}
 		at := k + bits.TrailingZeros64(m)/8
 		if b[at] == '"' {
-			return at + 1, at - i - 1, true
+			return at + 1, at - i - 1, true, true
 		}
 		break // an escape or a control byte: the general scan
 	}
@@ -361,14 +371,15 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 			// the chunks are classed with SIMD they pay from the first
 			// escape on, sparse escapes and plain runs too.
 			gap, prevGap = nearEscape+1, nearEscape+1
-			end, next, esc, less, ok := escapedChunks(b, j)
+			end, next, esc, less, sl, ok := escapedChunks(b, j)
 			if !ok {
-				return 0, 0, false
+				return 0, 0, false, false
 			}
 			escapes += esc
 			shrink += less
+			slow = slow || sl
 			if end > 0 {
-				return end, end - i - 2 - shrink, true
+				return end, end - i - 2 - shrink, !slow, true
 			}
 			j = next
 		}
@@ -388,11 +399,11 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 			if p < stop {
 				switch b[p] {
 				case '"':
-					return p + 1, p - i - 1 - shrink, true
+					return p + 1, p - i - 1 - shrink, !slow, true
 				case '\\':
 					k = p
 				default:
-					return 0, 0, false // a control byte
+					return 0, 0, false, false // a control byte
 				}
 			}
 			j = p
@@ -401,7 +412,7 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 			if q < j {
 				n := bytes.IndexByte(b[j:], '"')
 				if n < 0 {
-					return 0, 0, false
+					return 0, 0, false, false
 				}
 				q = j + n
 			}
@@ -409,12 +420,12 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 			n := bytes.IndexByte(seg, '\\')
 			if n < 0 {
 				if hasCtl(seg) {
-					return 0, 0, false
+					return 0, 0, false, false
 				}
-				return q + 1, q - i - 1 - shrink, true
+				return q + 1, q - i - 1 - shrink, !slow, true
 			}
 			if hasCtl(seg[:n]) {
-				return 0, 0, false
+				return 0, 0, false, false
 			}
 			k = j + n
 		}
@@ -422,16 +433,21 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 		gap, prevGap = k-j, gap
 		j = k
 		if j+1 >= len(b) {
-			return 0, 0, false
+			return 0, 0, false, false
 		}
 		switch b[j+1] {
-		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		case '"', '\\', 'b', 'f', 'n', 'r', 't':
 			j += 2
 			shrink++
+		case '/':
+			j += 2
+			shrink++
+			slow = true
 		case 'u':
+			slow = true
 			r, width, ok := Unicode(b, j)
 			if !ok {
-				return 0, 0, false
+				return 0, 0, false, false
 			}
 			size := utf8.RuneLen(r)
 			if width > 6 {
@@ -440,7 +456,7 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 			j += width
 			shrink += width - size
 		default:
-			return 0, 0, false
+			return 0, 0, false, false
 		}
 	}
 }
@@ -459,9 +475,10 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 // escapes or with few (they are faster there, unless the chunks are
 // classed with SIMD), fewer than 64 bytes left, or a surrogate pair
 // across the chunk's end (from that chunk's start). esc is
-// the escapes it saw and less the bytes they lose in decoding; ok is
-// false for an invalid string.
-func escapedChunks(b []byte, j int) (end, next, esc, less int, ok bool) {
+// the escapes it saw and less the bytes they lose in decoding; slow is
+// set when one of them may be a \u or \/ (StringEndPlain); ok is false
+// for an invalid string.
+func escapedChunks(b []byte, j int) (end, next, esc, less int, slow, ok bool) {
 	const even = 0x5555555555555555
 	var batch [maskBatch]chunkMasks
 	next, left := 0, 0 // batch[next:next+left] class the chunks from j on
@@ -474,7 +491,7 @@ func escapedChunks(b []byte, j int) (end, next, esc, less int, ok bool) {
 		next, left = next+1, left-1
 		bs, qt, ctl := m.bs, m.qt, m.ctl
 		if bs == 0 && !simdMasks {
-			return 0, j, esc, less, true // plain text again
+			return 0, j, esc, less, slow, true // plain text again
 		}
 		if bs == ^uint64(0) {
 			// 64 backslashes from an unescaped start: 32 escaped ones.
@@ -502,7 +519,7 @@ func escapedChunks(b []byte, j int) (end, next, esc, less int, ok bool) {
 			below = uint64(1)<<n - 1
 		}
 		if ctl&below != 0 {
-			return 0, 0, 0, 0, false
+			return 0, 0, 0, 0, false, false
 		}
 		// The escaped bytes: their classes from the masks, or looked up
 		// and or'd together without a branch each; only \u escapes
@@ -512,8 +529,8 @@ func escapedChunks(b []byte, j int) (end, next, esc, less int, ok bool) {
 			if escaped&below&^m.esc != 0 {
 				class |= escBad
 			}
-			if escaped&below&m.u != 0 {
-				class |= escU
+			if escaped&below&m.slow != 0 {
+				class |= escU // or a \/: the loop below looks
 			}
 		} else {
 			for e := escaped & below; e != 0; e &= e - 1 {
@@ -521,8 +538,9 @@ func escapedChunks(b []byte, j int) (end, next, esc, less int, ok bool) {
 			}
 		}
 		if class&escBad != 0 {
-			return 0, 0, 0, 0, false
+			return 0, 0, 0, 0, false, false
 		}
+		slow = slow || class&(escU|escSlash) != 0
 		extra := 0 // what \u escapes lose beyond one byte each
 		if class&escU != 0 {
 			pairLow := -1 // a low surrogate already counted with its high one
@@ -533,12 +551,12 @@ func escapedChunks(b []byte, j int) (end, next, esc, less int, ok bool) {
 				}
 				r, width, ok := Unicode(b, j+p-1)
 				if !ok {
-					return 0, 0, 0, 0, false
+					return 0, 0, 0, 0, false, false
 				}
 				size := utf8.RuneLen(r)
 				if width > 6 {
 					if p+6 >= n {
-						return 0, j, esc, less, true // the pair crosses the chunk
+						return 0, j, esc, less, slow, true // the pair crosses the chunk
 					}
 					pairLow = p + 6
 				}
@@ -549,17 +567,17 @@ func escapedChunks(b []byte, j int) (end, next, esc, less int, ok bool) {
 		k := (bits.OnesCount64(bs&below) + bits.OnesCount64(escaped&below)) / 2
 		esc, less = esc+k, less+k+extra
 		if found {
-			return j + n + 1, 0, esc, less, true
+			return j + n + 1, 0, esc, less, slow, true
 		}
 		j += limit
 		if limit < 64 {
 			left = 0 // the batch's chunks no longer start at j
 		}
 		if k < 4 && !simdMasks {
-			return 0, j, esc, less, true // sparse escapes: the searches are faster
+			return 0, j, esc, less, slow, true // sparse escapes: the searches are faster
 		}
 	}
-	return 0, j, esc, less, true
+	return 0, j, esc, less, slow, true
 }
 
 // maskBatch is how many chunks escapedChunks classes at a time: the
@@ -568,22 +586,25 @@ func escapedChunks(b []byte, j int) (end, next, esc, less int, ok bool) {
 // a string's end cost less than the calls.
 const maskBatch = 4
 
-// escClass classes the byte after a backslash: a one-byte escape (0), a
-// \u escape (escU), or no escape at all (escBad).
+// escClass classes the byte after a backslash: a one-byte escape (0, or
+// escSlash for \/, which a plain literal does not have), a \u escape
+// (escU), or no escape at all (escBad).
 var escClass = func() (t [256]byte) {
 	for c := range t {
 		t[c] = escBad
 	}
-	for _, c := range []byte{'"', '\\', '/', 'b', 'f', 'n', 'r', 't'} {
+	for _, c := range []byte{'"', '\\', 'b', 'f', 'n', 'r', 't'} {
 		t[c] = 0
 	}
+	t['/'] = escSlash
 	t['u'] = escU
 	return t
 }()
 
 const (
-	escU   = 1
-	escBad = 2
+	escU     = 1
+	escBad   = 2
+	escSlash = 4
 )
 
 // firstSpecial has the top bit of the bytes of w that are a quote, a
@@ -640,19 +661,20 @@ func (s *Scanner) String() (lit []byte, esc, ok bool) {
 	return lit, esc, true
 }
 
-// StringLen is String that returns the literal's decoded length
-// (StringEndLen) instead: it holds escapes when n != len(lit)-2.
-func (s *Scanner) StringLen() (lit []byte, n int, ok bool) {
+// StringLen is String that returns the literal's decoded length and
+// whether it is plain (StringEndPlain) instead: it holds escapes when
+// n != len(lit)-2.
+func (s *Scanner) StringLen() (lit []byte, n int, plain, ok bool) {
 	if s.Peek() != '"' {
-		return nil, 0, false
+		return nil, 0, false, false
 	}
-	end, n, ok := StringEndLen(s.b, s.i)
+	end, n, plain, ok := StringEndPlain(s.b, s.i)
 	if !ok {
-		return nil, 0, false
+		return nil, 0, false, false
 	}
 	lit = s.b[s.i:end]
 	s.i = end
-	return lit, n, true
+	return lit, n, plain, true
 }
 
 // Text decodes a string literal as encoding/json does. A literal without

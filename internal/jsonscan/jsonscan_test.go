@@ -153,9 +153,12 @@ func TestStringEnd(t *testing.T) {
 		if ok != wok || (ok && (end != wend || esc != wesc)) {
 			t.Fatalf("StringEnd(%q) = %d %v %v, want %d %v %v", b, end, esc, ok, wend, wesc, wok)
 		}
-		lend, n, lok := StringEndLen(b, 0)
+		lend, n, plain, lok := StringEndPlain(b, 0)
 		if lok != ok || lend != end {
 			t.Fatalf("StringEndLen(%q) = %d %v, want %d %v", b, lend, lok, wend, wok)
+		}
+		if ok {
+			checkPlain(t, b[:end], plain)
 		}
 		// The decoded length is encoding/json's where the raw bytes are
 		// valid UTF-8 (json replaces invalid bytes, the module keeps them).
@@ -291,14 +294,24 @@ func TestEscapedChunks(t *testing.T) {
 		`\ud83d\ude00`, `\udc00`, `\ud83d`, `\ud83dx`, `\\"`, "a", "bc", "def ", "é", "\xff", strings.Repeat("z", 70),
 		strings.Repeat(`\\`, 40)} // 80 backslashes: whole chunks of them
 	invalid := []string{"\x01", `\x`, `\u12`, `\uZZZZ`, "\x1f"}
-	ends, decided, declined := 0, 0, 0
+	var plainPieces []string
+	for _, p := range valid {
+		if !strings.Contains(p, `\u`) && p != `\/` {
+			plainPieces = append(plainPieces, p)
+		}
+	}
+	ends, decided, declined, plains, slows := 0, 0, 0, 0, 0
 	for range 20000 {
 		b := []byte{'"'}
 		for range r.IntN(4) { // shift the chunk boundaries
 			b = append(b, 'p')
 		}
+		pool := valid
+		if r.IntN(2) == 0 {
+			pool = plainPieces // no \u or \/: the literal can be plain
+		}
 		for range 20 + r.IntN(120) {
-			b = append(b, valid[r.IntN(len(valid))]...)
+			b = append(b, pool[r.IntN(len(pool))]...)
 		}
 		if r.IntN(8) == 0 {
 			at := 1 + r.IntN(len(b)-1)
@@ -307,9 +320,16 @@ func TestEscapedChunks(t *testing.T) {
 		b = append(b, '"')
 		b = append(b, `,"next":"x"}`...)
 		wend, wesc, wok := stringEndRef(b)
-		end, n, ok := StringEndLen(b, 0)
+		end, n, plain, ok := StringEndPlain(b, 0)
 		if ok != wok || (ok && end != wend) {
 			t.Fatalf("StringEndLen(%q) = %d %v, want %d %v", b, end, ok, wend, wok)
+		}
+		if ok {
+			if checkPlain(t, b[:end], plain) {
+				plains++
+			} else {
+				slows++
+			}
 		}
 		if e, _, ok2 := StringEnd(b, 0); ok2 != wok || (ok && (e != wend || wesc != (n != end-2))) {
 			t.Fatalf("StringEnd(%q) disagrees", b)
@@ -322,7 +342,7 @@ func TestEscapedChunks(t *testing.T) {
 			decided++
 		}
 		// The chunks alone, from the literal's first byte.
-		if cend, _, _, less, cok := escapedChunks(b, 1); cok && cend > 0 {
+		if cend, _, _, less, _, cok := escapedChunks(b, 1); cok && cend > 0 {
 			if !ok || cend != end || cend-2-less != n {
 				t.Fatalf("escapedChunks(%q) = %d (less %d), want %d (decoded %d)", b, cend, less, end, n)
 			}
@@ -334,9 +354,9 @@ func TestEscapedChunks(t *testing.T) {
 			declined++
 		}
 	}
-	t.Logf("%d literals decided, %d ended by the chunks alone, %d refused by them", decided, ends, declined)
-	if decided < 8000 || ends < 3000 || declined < 300 {
-		t.Fatalf("too few cases: %d decided, %d ended by the chunks, %d refused", decided, ends, declined)
+	t.Logf("%d literals decided, %d ended by the chunks alone, %d refused by them; %d plain, %d not", decided, ends, declined, plains, slows)
+	if decided < 8000 || ends < 3000 || declined < 300 || plains < 1000 || slows < 1000 {
+		t.Fatalf("too few cases: %d decided, %d ended by the chunks, %d refused, %d plain, %d not", decided, ends, declined, plains, slows)
 	}
 }
 
@@ -384,9 +404,12 @@ func FuzzStringEnd(f *testing.F) {
 			b = append([]byte{'"'}, b...)
 		}
 		wend, _, wok := stringEndRef(b)
-		end, n, ok := StringEndLen(b, 0)
+		end, n, plain, ok := StringEndPlain(b, 0)
 		if ok != wok || (ok && end != wend) {
 			t.Fatalf("StringEndLen(%q) = %d %v, want %d %v", b, end, ok, wend, wok)
+		}
+		if ok {
+			checkPlain(t, b[:end], plain)
 		}
 		if ok && utf8.Valid(b[:end]) {
 			var dec string
@@ -540,17 +563,21 @@ func TestSkipTight(t *testing.T) {
 
 // TestStringLen checks the Scanner's StringLen against StringEndLen.
 func TestStringLen(t *testing.T) {
-	for _, lit := range []string{`"abc"`, `"a\nb"`, `"\u00e9\ud83d\ude00"`, `""`} {
+	for _, c := range []struct {
+		lit   string
+		plain bool
+	}{{`"abc"`, true}, {`"a\nb"`, true}, {`"a\/b"`, false}, {`"\u00e9\ud83d\ude00"`, false}, {`""`, true}} {
+		lit := c.lit
 		s := New([]byte(" " + lit))
-		got, n, ok := s.StringLen()
+		got, n, plain, ok := s.StringLen()
 		end, wantN, wantOK := StringEndLen([]byte(lit), 0)
-		if string(got) != lit || n != wantN || !ok || !wantOK || end != len(lit) || s.Pos() != len(lit)+1 {
-			t.Errorf("StringLen(%s) = %q, %d, %v", lit, got, n, ok)
+		if string(got) != lit || n != wantN || plain != c.plain || !ok || !wantOK || end != len(lit) || s.Pos() != len(lit)+1 {
+			t.Errorf("StringLen(%s) = %q, %d, %v, %v", lit, got, n, plain, ok)
 		}
 	}
 	for _, bad := range []string{`"abc`, `x`, `"\x"`, ``} {
 		s := New([]byte(bad))
-		if _, _, ok := s.StringLen(); ok {
+		if _, _, _, ok := s.StringLen(); ok {
 			t.Errorf("StringLen(%q) accepted", bad)
 		}
 	}
