@@ -49,9 +49,9 @@ type jsonText struct {
 	// string it is set, instead of s, by the fast paths for text that is
 	// mostly rendered (parts' and blocks' text, function outputs) when it
 	// has escapes: the literal, decoded as it renders (or by str), with n
-	// its decoded length and plain set when it renders as it is
-	// (sink.writeLit). One field for both keeps jsonText at 48 bytes; a
-	// block holds eighteen.
+	// its decoded length. plain says that the literal, or s, renders as it
+	// is (sink.writeString). One field for both keeps jsonText at 48
+	// bytes; a block holds eighteen.
 	raw   []byte
 	n     int32
 	kind  shape
@@ -87,11 +87,7 @@ func (t *jsonText) str() string {
 func (t *jsonText) render(w *sink) {
 	switch t.kind {
 	case shapeString:
-		if t.raw != nil {
-			w.writeLit(t.raw, int(t.n), t.plain)
-			return
-		}
-		w.writeText(t.s)
+		w.writeString(t.s, t.raw, t.plain)
 	case shapeOther:
 		w.Write(t.raw)
 	}
@@ -180,8 +176,7 @@ type chatMessage struct {
 type content struct {
 	text  string
 	lit   []byte
-	n     int  // lit's decoded length
-	plain bool // lit renders as it is (sink.writeLit)
+	plain bool // lit, or text, renders as it is (sink.writeString)
 	parts []contentPart
 	kind  shape
 }

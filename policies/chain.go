@@ -108,7 +108,7 @@ type sink struct {
 	size   int // the configured block size: the first blocks'
 	max    int
 	blocks []uint64
-	total  int // bytes written (text as decoded), including those past the block cap
+	total  int // bytes written (text escaped), including those past the block cap
 }
 
 // initChain makes c a chain whose first block is seeded with leading.
@@ -123,31 +123,15 @@ func (c *sink) initChain(leading uint64, blockSize, maxBlocks, sizeHint int) {
 	c.blocks = make([]uint64, 0, n)
 }
 
-// capped reports whether the chain has all its blocks: what is written
-// after only adds to the byte count.
-func (c *sink) capped() bool { return c.digest == nil && len(c.blocks) >= c.max }
-
 // WriteString appends s to the rendering as it is: the rendering's own
-// markup (headers, terminators, raw JSON); text goes through writeText.
+// markup (headers, terminators, raw JSON), and text already escaped;
+// other text goes through writeText.
 func (c *sink) WriteString(s string) {
-	c.total += len(s)
-	c.putString(s)
-}
-
-// Write appends p to the rendering as it is, like WriteString.
-func (c *sink) Write(p []byte) {
-	c.total += len(p)
-	c.put(p)
-}
-
-// putString feeds s to the digest or the blocks without counting it:
-// total counts the rendering's bytes as decoded, and escaped text is
-// longer.
-func (c *sink) putString(s string) {
 	if c.digest != nil {
 		c.digest.WriteString(s)
 		return
 	}
+	c.total += len(s)
 	for len(s) > 0 && len(c.blocks) < c.max {
 		k := copy(c.buf[8+c.n:], s)
 		c.n += k
@@ -156,12 +140,13 @@ func (c *sink) putString(s string) {
 	}
 }
 
-// put is putString for a byte slice.
-func (c *sink) put(p []byte) {
+// Write appends p to the rendering as it is, like WriteString.
+func (c *sink) Write(p []byte) {
 	if c.digest != nil {
 		c.digest.Write(p)
 		return
 	}
+	c.total += len(p)
 	for len(p) > 0 && len(c.blocks) < c.max {
 		k := copy(c.buf[8+c.n:], p)
 		c.n += k

@@ -99,8 +99,8 @@ func (s *reader) content(c *content) bool {
 	case s.Lit("null"):
 		return true
 	case s.Peek() == '"':
-		t, lit, n, plain, ok := s.lazyString()
-		*c = content{text: t, lit: lit, n: n, plain: plain, kind: shapeString}
+		t, lit, _, plain, ok := s.lazyString()
+		*c = content{text: t, lit: lit, plain: plain, kind: shapeString}
 		return ok
 	case s.Peek() == '[':
 		sb := s.scratch()

@@ -140,14 +140,15 @@ func (s *reader) lazyText(t *jsonText) bool {
 	if lit != nil {
 		*t = jsonText{raw: lit, n: int32(n), kind: shapeString, plain: plain}
 	} else {
-		*t = jsonText{s: v, kind: shapeString}
+		*t = jsonText{s: v, kind: shapeString, plain: plain}
 	}
 	return ok
 }
 
 // lazyString reads a string: its text when it has no escapes (the body's
-// own bytes, no copy), else its literal, decoded length and whether it is
-// plain, to be rendered as it is or decoded as it renders (sink.writeLit).
+// own bytes, no copy, plain: JSON escapes nothing in it), else its
+// literal, decoded length and whether it is plain, to be rendered as it is
+// or decoded as it renders (sink.writeLit).
 func (s *reader) lazyString() (text string, lit []byte, n int, plain, ok bool) {
 	l, n, plain, ok := s.StringLen()
 	if !ok {
@@ -157,7 +158,7 @@ func (s *reader) lazyString() (text string, lit []byte, n int, plain, ok bool) {
 		return "", l, n, plain, true
 	}
 	v := l[1 : len(l)-1]
-	return unsafe.String(unsafe.SliceData(v), len(v)), nil, 0, false, true
+	return unsafe.String(unsafe.SliceData(v), len(v)), nil, 0, true, true
 }
 
 // rawValue reads any value into r (null as absent), without copying it.

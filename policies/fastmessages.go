@@ -105,8 +105,8 @@ func (s *reader) blocks(b *blocks, depth int) bool {
 	case s.Lit("null"):
 		return true
 	case s.Peek() == '"':
-		t, lit, n, plain, ok := s.lazyString() // no copy of the prompt
-		*b = blocks{text: t, lit: lit, n: n, plain: plain, kind: shapeString}
+		t, lit, _, plain, ok := s.lazyString() // no copy of the prompt
+		*b = blocks{text: t, lit: lit, plain: plain, kind: shapeString}
 		return ok
 	case s.Peek() == '[' && depth < maxBlockDepth:
 		bb := s.blockBufs

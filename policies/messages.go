@@ -57,7 +57,6 @@ type anthropicMessage struct {
 type blocks struct {
 	text  string
 	lit   []byte
-	n     int  // lit's decoded length (content.n)
 	plain bool // (content.plain)
 	list  []block
 	kind  shape
@@ -65,7 +64,7 @@ type blocks struct {
 
 // content returns a string or absent blocks as a chat content.
 func (b *blocks) content() content {
-	return content{text: b.text, lit: b.lit, n: b.n, plain: b.plain, kind: b.kind}
+	return content{text: b.text, lit: b.lit, plain: b.plain, kind: b.kind}
 }
 
 // str returns a string content's text, decoding lit.

@@ -38,11 +38,7 @@ func field(w *sink, tag string, v *jsonText) {
 func renderContent(w *sink, c *content) {
 	switch c.kind {
 	case shapeString:
-		if c.lit != nil {
-			w.writeLit(c.lit, c.n, c.plain)
-			return
-		}
-		w.writeText(c.text)
+		w.writeString(c.text, c.lit, c.plain)
 	case shapeArray:
 		for i := range c.parts {
 			if i > 0 {

@@ -74,47 +74,53 @@ func unquote(lit []byte) (string, bool) {
 var unescaped = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
 // writeLit renders the text of a string literal of the body (quotes
-// included, valid JSON: jsonscan.StringEndPlain accepted it) whose decoded
-// length is n, escaped as writeText escapes: a plain literal is that
-// already and is copied as it is; another is decoded and escaped again
-// through buffers on the stack. Past the block cap only the length counts
-// (most of an agent's tool results lie there).
-func (c *sink) writeLit(lit []byte, n int, plain bool) {
-	c.total += n
-	if c.capped() {
-		return
-	}
+// included, valid JSON: jsonscan.StringEndPlain accepted it) escaped as
+// writeText escapes: a plain literal is that already and is copied as it
+// is (past the block cap only its length counts: most of an agent's tool
+// results lie there); another is decoded and escaped again through
+// buffers on the stack.
+func (c *sink) writeLit(lit []byte, plain bool) {
 	s := lit[1 : len(lit)-1]
 	if plain {
-		c.put(s)
+		c.Write(s)
 		return
 	}
 	var dec [512]byte
 	var esc [6 * 512]byte
-	for len(s) > 0 && !c.capped() {
+	for len(s) > 0 {
 		w, r := jsonscan.Unquote(dec[:], s)
-		c.put(jsonscan.AppendEscaped(esc[:0], unsafe.String(&dec[0], w)))
+		c.Write(jsonscan.AppendEscaped(esc[:0], unsafe.String(&dec[0], w)))
 		s = s[r:]
+	}
+}
+
+// writeString renders a string the fast paths read from the body, or the
+// general path decoded: lit, its literal, when it kept one, else text;
+// plain says that either is escaped already.
+func (c *sink) writeString(text string, lit []byte, plain bool) {
+	switch {
+	case lit != nil:
+		c.writeLit(lit, plain)
+	case plain:
+		c.WriteString(text)
+	default:
+		c.writeText(text)
 	}
 }
 
 // writeText renders text (decoded) escaped as in a JSON string
 // (jsonscan.AppendEscaped), so that it renders as a plain literal of it
-// does: the general path's decoded strings, an answer's text and the fast
-// paths' literals without escapes all go this way.
+// does: the general path's decoded strings and an answer's text go this
+// way. The rendering's length counts the escapes.
 func (c *sink) writeText(s string) {
-	c.total += len(s)
-	if c.capped() {
-		return
-	}
 	if jsonscan.Escaped(s) {
-		c.putString(s)
+		c.WriteString(s)
 		return
 	}
 	var esc [6 * 512]byte
-	for len(s) > 0 && !c.capped() {
+	for len(s) > 0 {
 		k := min(len(s), 512)
-		c.put(jsonscan.AppendEscaped(esc[:0], s[:k]))
+		c.Write(jsonscan.AppendEscaped(esc[:0], s[:k]))
 		s = s[k:]
 	}
 }

@@ -93,7 +93,7 @@ func TestWriteLitMatchesText(t *testing.T) {
 			var a, b sink
 			a.initChain(7, bs, max, len(lit))
 			b.initChain(7, bs, max, len(lit))
-			a.writeLit(lit, n, plain)
+			a.writeLit(lit, plain)
 			b.writeText(want)
 			if a.total != b.total || !slices.Equal(a.blocks, b.blocks) || a.n != b.n || !bytes.Equal(a.buf, b.buf) {
 				t.Fatalf("writeLit(%s) at %d blocks: %d bytes, %v; writeText: %d bytes, %v", lit, max, a.total, a.blocks, b.total, b.blocks)
