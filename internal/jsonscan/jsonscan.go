@@ -343,7 +343,7 @@ func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 func StringEndPlain(b []byte, i int) (end, n int, plain, ok bool) {
 	j := i + 1
 	escapes, shrink := 0, 0 // shrink: the bytes the escapes lose in decoding
-	slow := false            // a \u or \/ escape seen
+	slow := false           // a \u or \/ escape seen
 	// Keys and short values (shortString): eight bytes at a time, the
 	// first quote, backslash or control byte ends them sooner than the
 	// searches below get going.
