@@ -1,25 +1,50 @@
 package jsonscan
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 // simdMasks: masks sets esc and u (SSE2 compares are cheap enough
 // to class every byte).
 const simdMasks = true
 
 // masks classes the len(ms) chunks of 64 bytes at the start of b (which
-// holds them) with SSE2 (part of every amd64), 16 bytes an instruction:
-// escape-dense text (source code in tool results) is most of an agent's
-// body, and eight-byte words cost several times as much. A batch of
-// chunks a call spreads the call and the constants over them.
+// holds them) with AVX2 where the CPU has it, 32 bytes an instruction,
+// else SSE2 (part of every amd64), 16: escape-dense text (source code in
+// tool results) is most of an agent's body, and eight-byte words cost
+// several times as much. A batch of chunks a call spreads the call and
+// the constants over them.
 func masks(b []byte, ms []chunkMasks) {
 	if len(ms) == 0 || len(b) < 64*len(ms) {
 		panic("jsonscan: masks past the input")
 	}
+	if hasAVX2 {
+		masksAVX2(unsafe.SliceData(b), len(ms), unsafe.SliceData(ms))
+		return
+	}
 	masksSSE2(unsafe.SliceData(b), len(ms), unsafe.SliceData(ms))
+}
+
+// hasAVX2 picks masksAVX2 (golang.org/x/sys/cpu checks the OS saves the
+// wide registers too).
+var hasAVX2 = cpu.X86.HasAVX2
+
+// maskVariants are the classings this CPU can run, for the tests.
+func maskVariants() map[string]func(p *byte, n int, m *chunkMasks) {
+	v := map[string]func(p *byte, n int, m *chunkMasks){"sse2": masksSSE2}
+	if hasAVX2 {
+		v["avx2"] = masksAVX2
+	}
+	return v
 }
 
 //go:noescape
 func masksSSE2(p *byte, n int, m *chunkMasks)
+
+//go:noescape
+func masksAVX2(p *byte, n int, m *chunkMasks)
 
 // backslashes64 is the mask of the backslashes of a (bit k for a[k]).
 //

@@ -68,6 +68,70 @@ loop:
 done:
 	RET
 
+// LANE32 is LANE for the 32 bytes at off(SI) with AVX2, into the 32 bits
+// at sh; Y5..Y14 hold the bytes compared against.
+#define LANE32(off, sh) \
+	VMOVDQU off(SI), Y0; \
+	VPCMPEQB Y5, Y0, Y1; \
+	VPCMPEQB Y6, Y0, Y2; \
+	VPMINUB Y7, Y0, Y3; VPCMPEQB Y0, Y3, Y3; \
+	VPMOVMSKB Y1, AX; SHLQ $sh, AX; ORQ AX, R9; \
+	VPMOVMSKB Y2, AX; SHLQ $sh, AX; ORQ AX, R10; \
+	VPMOVMSKB Y3, AX; SHLQ $sh, AX; ORQ AX, R11; \
+	VPOR Y1, Y2, Y2; \
+	VPCMPEQB Y8, Y0, Y3; VPOR Y3, Y2, Y2; \
+	VPCMPEQB Y9, Y0, Y1; VPOR Y1, Y2, Y2; \
+	VPCMPEQB Y10, Y0, Y1; VPOR Y1, Y2, Y2; \
+	VPCMPEQB Y11, Y0, Y1; VPOR Y1, Y2, Y2; \
+	VPCMPEQB Y12, Y0, Y1; VPOR Y1, Y2, Y2; \
+	VPCMPEQB Y13, Y0, Y1; VPOR Y1, Y2, Y2; \
+	VPCMPEQB Y14, Y0, Y4; VPOR Y4, Y2, Y2; VPOR Y3, Y4, Y4; \
+	VPMOVMSKB Y2, AX; SHLQ $sh, AX; ORQ AX, R12; \
+	VPMOVMSKB Y4, AX; SHLQ $sh, AX; ORQ AX, R13
+
+// YBCAST fills Y with the byte c in every lane.
+#define YBCAST(c, X, Y) MOVQ $c, AX; MOVQ AX, X; VPBROADCASTQ X, Y
+
+// func masksAVX2(p *byte, n int, m *chunkMasks)
+TEXT ·masksAVX2(SB), NOSPLIT, $0-24
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ m+16(FP), DI
+	YBCAST(0x5c5c5c5c5c5c5c5c, X5, Y5)   // '\\'
+	YBCAST(0x2222222222222222, X6, Y6)   // '"'
+	YBCAST(0x1f1f1f1f1f1f1f1f, X7, Y7)   // the last control byte
+	YBCAST(0x2f2f2f2f2f2f2f2f, X8, Y8)   // '/'
+	YBCAST(0x6262626262626262, X9, Y9)   // 'b'
+	YBCAST(0x6666666666666666, X10, Y10) // 'f'
+	YBCAST(0x6e6e6e6e6e6e6e6e, X11, Y11) // 'n'
+	YBCAST(0x7272727272727272, X12, Y12) // 'r'
+	YBCAST(0x7474747474747474, X13, Y13) // 't'
+	YBCAST(0x7575757575757575, X14, Y14) // 'u'
+
+yloop:
+	TESTQ CX, CX
+	JZ    ydone
+	XORQ  R9, R9
+	XORQ  R10, R10
+	XORQ  R11, R11
+	XORQ  R12, R12
+	XORQ  R13, R13
+	LANE32(0, 0)
+	LANE32(32, 32)
+	MOVQ  R9, 0(DI)
+	MOVQ  R10, 8(DI)
+	MOVQ  R11, 16(DI)
+	MOVQ  R12, 24(DI)
+	MOVQ  R13, 32(DI)
+	ADDQ  $64, SI
+	ADDQ  $40, DI
+	DECQ  CX
+	JMP   yloop
+
+ydone:
+	VZEROUPPER
+	RET
+
 // BSLANE ors into AX the backslashes of the 16 bytes at off(SI), at sh.
 #define BSLANE(off, sh) \
 	MOVOU off(SI), X0; PCMPEQB X1, X0; \

@@ -4,7 +4,7 @@ package jsonscan
 
 import "encoding/binary"
 
-// simdMasks: masks leaves esc and u unset; escapedChunks looks the
+// simdMasks: masks leaves esc and slow unset; escapedChunks looks the
 // escaped bytes up.
 const simdMasks = false
 
@@ -14,6 +14,10 @@ func masks(b []byte, ms []chunkMasks) {
 		ms[c] = masks64Go((*[64]byte)(b[64*c:]))
 	}
 }
+
+// maskVariants are the classings this CPU can run, for the tests: none
+// but masks here.
+func maskVariants() map[string]func(p *byte, n int, m *chunkMasks) { return nil }
 
 // backslashes64 is the mask of the backslashes of a (bit k for a[k]).
 func backslashes64(a *[64]byte) uint64 {

@@ -35,16 +35,27 @@ func masksRef(a []byte) chunkMasks {
 }
 
 // checkMasks compares masks over the chunks of b (a batch of len(b)/64)
-// with masksRef, and masks64Go's word masks with it too, so that the
-// other architectures' classing is checked here as well.
+// with masksRef, and each classing the CPU can run (SSE2 and AVX2 on
+// amd64) and masks64Go's word masks with it too, so that the other
+// architectures' classing is checked here as well.
 func checkMasks(t *testing.T, b []byte, what string) {
 	t.Helper()
 	ms := make([]chunkMasks, len(b)/64)
 	masks(b, ms)
+	vs := make(map[string][]chunkMasks)
+	for name, f := range maskVariants() {
+		vs[name] = make([]chunkMasks, len(ms))
+		f(&b[0], len(ms), &vs[name][0])
+	}
 	for c := range ms {
 		want := masksRef(b[64*c:])
 		if ms[c] != want {
 			t.Fatalf("%s: chunk %d: masks = %+v, want %+v", what, c, ms[c], want)
+		}
+		for name, v := range vs {
+			if v[c] != want {
+				t.Fatalf("%s: chunk %d: %s masks = %+v, want %+v", what, c, name, v[c], want)
+			}
 		}
 		g := masks64Go((*[64]byte)(b[64*c:]))
 		if g.bs != want.bs || g.qt != want.qt || g.ctl != want.ctl {
@@ -109,6 +120,11 @@ func TestMasksProperty(t *testing.T) {
 	if n != 20000 || special < 10000 {
 		t.Fatalf("checked %d batches, %d with every special class; want 20000 and most", n, special)
 	}
+	var names []string
+	for name := range maskVariants() {
+		names = append(names, name)
+	}
+	t.Logf("classings compared besides masks: %v", names)
 }
 
 // TestChunkMasksLayout holds chunkMasks to the layout masksSSE2 writes:
