@@ -12,7 +12,8 @@ import (
 
 // runProfiles loads each of o.profileTargets (stock Caddy and
 // llm_prefix_load by default) with requests of
-// o.profileSize bytes (4 KiB by default), streamed and not, and fetches
+// o.profileSize bytes (4 KiB by default) to each of the matrix's
+// endpoints, streamed and not, and fetches
 // from Caddy's admin endpoint a CPU profile and an allocation profile (a
 // delta over the same seconds) of each. It writes the profiles and `go
 // tool pprof -top` of each to dir.
@@ -27,9 +28,10 @@ func runProfiles(env *benchEnv, o options) error {
 		if err != nil {
 			return err
 		}
-		for _, stream := range []bool{false, true} {
-			w := makeWorkload(o.profileSize, stream, "chat")
-			base := filepath.Join(o.profileDir, fmt.Sprintf("%s_%dk_%s", name, o.profileSize>>10, map[bool]string{false: "json", true: "sse"}[stream]))
+		for _, prof := range profileRuns(o.endpoints) {
+			stream := prof.stream
+			w := makeWorkload(o.profileSize, stream, prof.endpoint)
+			base := filepath.Join(o.profileDir, fmt.Sprintf("%s_%dk_%s%s", name, o.profileSize>>10, map[bool]string{false: "json", true: "sse"}[stream], prof.suffix))
 			cl := newClient(2*o.conc + 64)
 			closedLoop(cl, t.url, w, o.conc, time.Second, 0)
 			var wg sync.WaitGroup
@@ -65,6 +67,27 @@ func runProfiles(env *benchEnv, o options) error {
 		t.proc.stop()
 	}
 	return nil
+}
+
+// profileRun is one load -profile puts on a target.
+type profileRun struct {
+	endpoint string
+	stream   bool
+	suffix   string // of the file names: "" for chat, "_messages"
+}
+
+// profileRuns are the loads for the matrix's endpoints: json and sse of
+// each, chat's files named as they always were.
+func profileRuns(endpoints []string) []profileRun {
+	var runs []profileRun
+	for _, e := range endpoints {
+		suffix := ""
+		if e != "chat" {
+			suffix = "_" + e
+		}
+		runs = append(runs, profileRun{e, false, suffix}, profileRun{e, true, suffix})
+	}
+	return runs
 }
 
 func fetch(url, path string, secs int) error {
