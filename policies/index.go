@@ -79,14 +79,16 @@ func (ix *Index) Insert(blocks []uint64) {
 		return
 	}
 	ix.mu.Lock()
-	ix.insertLocked(blocks)
+	ix.insertLocked(blocks, len(blocks))
 	ix.mu.Unlock()
 }
 
-func (ix *Index) insertLocked(blocks []uint64) {
+// insertLocked inserts the chain, whose blocks from absent on are known
+// not to be held (len(blocks): none known).
+func (ix *Index) insertLocked(blocks []uint64, absent int) {
 	w, bit := headBit(blocks[0])
 	ix.heads[w].Or(bit)
-	ix.lru.AddChain(blocks)
+	ix.lru.AddChain(blocks, absent)
 }
 
 // Match returns how many leading blocks of the chain are believed resident:
@@ -125,7 +127,9 @@ func (ix *Index) MatchInsert(blocks []uint64) int {
 	if ix.mayHold(blocks[0]) {
 		n = ix.matchLocked(blocks)
 	}
-	ix.insertLocked(blocks)
+	// What the index holds of a chain is a leading run (Match): the
+	// blocks past the n it holds are not held.
+	ix.insertLocked(blocks, n)
 	ix.mu.Unlock()
 	return n
 }

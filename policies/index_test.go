@@ -346,4 +346,25 @@ func BenchmarkIndexPlace(b *testing.B) {
 			}
 		})
 	}
+	// New prompts into a full index: 20 shared blocks, then 300 of their
+	// own, each evicting an old block (a long agent history, or the
+	// bench's distinct bodies).
+	b.Run("fresh=300", func(b *testing.B) {
+		ix := NewIndex(4096)
+		chain := make([]uint64, 320)
+		n := uint64(0)
+		for b.Loop() {
+			for j := range chain {
+				if j < 20 {
+					chain[j] = mix64(uint64(j))
+				} else {
+					n++
+					chain[j] = mix64(n<<16 | uint64(j))
+				}
+			}
+			if ix.MatchInsert(chain) > 20 {
+				b.Fatal("fresh blocks matched")
+			}
+		}
+	})
 }

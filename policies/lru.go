@@ -66,6 +66,13 @@ func (l *blockLRU) Add(key uint64, shift uint8) {
 		l.moveFront(i, i)
 		return
 	}
+	l.addNew(key, shift)
+}
+
+// addNew is Add of a key the caller knows is not held, without looking it
+// up: most of a new prompt's blocks, which cost a map lookup each for
+// nothing (AddChain).
+func (l *blockLRU) addNew(key uint64, shift uint8) {
 	w := 1 << shift
 	for l.len+w > l.size && l.slots[0].prev != 0 {
 		l.removeOldest()
@@ -92,8 +99,28 @@ func (l *blockLRU) Add(key uint64, shift uint8) {
 	l.slots[i].key = key
 	l.shift[i] = shift
 	l.pushFront(i, i)
+	held := len(l.at)
 	l.at[key] = i
 	l.len += w
+	if len(l.at) == held && key != 0 { // free slots hold key 0
+		l.dropStale(key, i) // it was held after all: see addNew's callers
+	}
+}
+
+// dropStale frees the slot other than keep that holds key: addNew found
+// key held, which AddChain's caller said it was not (only a collision of
+// 64-bit block hashes could make the index's leading-run rule wrong). A
+// walk of the slots: it is never expected to run.
+func (l *blockLRU) dropStale(key uint64, keep int32) {
+	for j := int32(1); j < int32(len(l.slots)); j++ {
+		if j != keep && l.slots[j].key == key {
+			l.unlink(j, j)
+			l.len -= 1 << l.shift[j]
+			l.slots[j] = lruSlot{next: l.free}
+			l.free = j
+			return
+		}
+	}
 }
 
 // chainShift is the weight, as a power of two, of the i-th block of a
@@ -112,10 +139,11 @@ func chainShift(i int) uint8 {
 // requests does once they have been placed: that run is found by walking
 // the list from the head (no map lookup per key) and moved to the front in
 // one splice, instead of one lookup and relink per key. The keys after the
-// run are added one by one first, as Add would, and when that evicted the
-// run's oldest key the run is added one by one too. It returns the length
-// of the run it moved in one splice (0: none).
-func (l *blockLRU) AddChain(keys []uint64) int {
+// run are added one by one first, as Add would (those from absent on, which
+// the caller knows are not held, without looking them up), and when that
+// evicted the run's oldest key the run is added one by one too. It returns
+// the length of the run it moved in one splice (0: none).
+func (l *blockLRU) AddChain(keys []uint64, absent int) int {
 	first, held := l.at[keys[0]]
 	m, last := 0, int32(0)
 	if held {
@@ -128,7 +156,10 @@ func (l *blockLRU) AddChain(keys []uint64) int {
 			last, m = j, m+1
 		}
 	}
-	for i := len(keys) - 1; i >= m; i-- {
+	for i := len(keys) - 1; i >= max(m, absent); i-- {
+		l.addNew(keys[i], chainShift(i))
+	}
+	for i := min(absent, len(keys)) - 1; i >= m; i-- {
 		l.Add(keys[i], chainShift(i))
 	}
 	if m == 0 {

@@ -88,7 +88,7 @@ func TestAddChainMatchesAdds(t *testing.T) {
 		}
 		return c
 	}
-	var spliced, fallback, cold, splicedKeys int
+	var spliced, fallback, cold, splicedKeys, told int
 	for op := range 20000 {
 		var chain []uint64
 		switch k := r.IntN(100); {
@@ -114,10 +114,24 @@ func TestAddChainMatchesAdds(t *testing.T) {
 			chains[r.IntN(len(chains))] = chain
 		}
 		headHeld := got.Contains(chain[0])
+		// Half the time the caller says which keys are not held: those
+		// past the last held one.
+		absent := len(chain)
+		if r.IntN(2) == 0 {
+			absent = 0
+			for i := range chain {
+				if got.Contains(chain[i]) {
+					absent = i + 1
+				}
+			}
+			if absent < len(chain) {
+				told++
+			}
+		}
 		for i := len(chain) - 1; i >= 0; i-- {
 			want.Add(chain[i], 0)
 		}
-		switch m := got.AddChain(chain); {
+		switch m := got.AddChain(chain, absent); {
 		case m > 0:
 			spliced++
 			splicedKeys += m
@@ -129,10 +143,32 @@ func TestAddChainMatchesAdds(t *testing.T) {
 		require.Equal(t, want.Len(), got.Len(), "op %d", op)
 		require.Equal(t, keysOldestFirst(want), keysOldestFirst(got), "op %d", op)
 	}
-	t.Logf("%d chains spliced (%d keys), %d fell back with the head held, %d with a cold head", spliced, splicedKeys, fallback, cold)
+	t.Logf("%d chains spliced (%d keys), %d fell back with the head held, %d with a cold head; %d told their absent keys", spliced, splicedKeys, fallback, cold, told)
 	require.Greater(t, spliced, 3000)
+	require.Greater(t, told, 5000)
 	require.Greater(t, fallback, 200)
 	require.Greater(t, cold, 1000)
+}
+
+// TestAddNewHeldKey: a key addNew is wrongly told is new (what only a
+// collision of block hashes could do) still leaves one slot for it, the
+// weights and the map consistent.
+func TestAddNewHeldKey(t *testing.T) {
+	l := newBlockLRU(16)
+	for k := uint64(1); k <= 5; k++ {
+		l.Add(k, 0)
+	}
+	l.addNew(3, 1) // held with weight 1; now weight 2
+	require.Equal(t, []uint64{1, 2, 4, 5, 3}, keysOldestFirst(l))
+	require.Equal(t, 6, l.Len())
+	require.Len(t, l.at, 5)
+	for range 20 { // the freed slot is reused, nothing leaks
+		l.removeOldest()
+	}
+	require.Equal(t, 0, l.Len())
+	require.Empty(t, l.at)
+	l.Add(9, 0)
+	require.Equal(t, []uint64{9}, keysOldestFirst(l))
 }
 
 // TestLRUWeights plays chains of up to 500 blocks, whose deep blocks weigh
@@ -173,7 +209,7 @@ func TestLRUWeights(t *testing.T) {
 		for i := range chain {
 			chain[i] = base | uint64(i)
 		}
-		got.AddChain(chain)
+		got.AddChain(chain, len(chain))
 		for i := n - 1; i >= 0; i-- {
 			add(chain[i], blockWeight(i))
 		}
