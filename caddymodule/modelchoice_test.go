@@ -102,11 +102,26 @@ func TestModelAwareChoiceThroughCaddy(t *testing.T) {
 	reverse_proxy %s %s {
 		lb_policy llm least_load
 	}`, a, b))
-	resp, err := http.Get(r.url("/v1/models"))
-	require.NoError(t, err)
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	waitFor(t, "the lists compared", listsDiffer.Load)
+	// Both replicas' own lists, not only the flag (another test's
+	// replicas may have left it set); a list fetch that failed under a
+	// loaded machine is asked again.
+	known := func(addr string) bool {
+		v, ok := modelCache.Load(addr)
+		if !ok {
+			return false
+		}
+		rm := v.(*replicaModels)
+		rm.mu.Lock()
+		defer rm.mu.Unlock()
+		return rm.ok
+	}
+	waitFor(t, "both lists fetched and compared", func() bool {
+		resp, err := http.Get(r.url("/v1/models"))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return known(a) && known(b) && listsDiffer.Load()
+	})
 	for i := range 12 {
 		body := fmt.Sprintf(`{"model":"lora-a","messages":[{"role":"user","content":"q%d"}]}`, i)
 		resp := post(t, r.url("/v1/chat/completions"), "", "", "", body)
