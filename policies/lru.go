@@ -7,9 +7,8 @@ import "math"
 // (Add moves a held key to the front, a new key past the capacity evicts
 // the least recent, Contains does not touch recency, Resize evicts from the
 // back) and no pointers: the keys' order is a doubly linked list of slot
-// indices in one slice, found through a map from key to slot. Neither the
-// slice nor the map holds a pointer, so the garbage collector does not walk
-// them: simplelru's list elements are one heap object with three pointers
+// indices in one slice, found through a table from key to slot (slotMap).
+// Neither holds a pointer, so the garbage collector does not walk them: simplelru's list elements are one heap object with three pointers
 // per block, which a large pool's indexes (64 replicas at
 // DefaultIndexCapacity are a million blocks) make the collector visit on
 // every cycle (BenchmarkIndexGC). It also takes half the memory
@@ -28,7 +27,7 @@ type blockLRU struct {
 	// shift holds each slot's weight as a power of two (weight 1<<shift),
 	// beside slots so that a slot stays 16 bytes.
 	shift []uint8
-	at    map[uint64]int32
+	at    slotMap // key -> slot
 	// free is the first reusable slot (chained through next), 0 for none.
 	free int32
 	len  int // the weights held
@@ -46,7 +45,7 @@ const maxLRUSize = math.MaxInt32 - 1
 
 // newBlockLRU returns an empty store holding at most size keys (>= 1).
 func newBlockLRU(size int) *blockLRU {
-	l := &blockLRU{at: map[uint64]int32{}}
+	l := &blockLRU{at: newSlotMap()}
 	l.slots = make([]lruSlot, 1, 1+min(size, 1024))
 	l.shift = make([]uint8, 1, cap(l.slots))
 	l.size = min(size, maxLRUSize)
@@ -55,14 +54,14 @@ func newBlockLRU(size int) *blockLRU {
 
 // Contains reports whether key is held, without touching recency.
 func (l *blockLRU) Contains(key uint64) bool {
-	_, ok := l.at[key]
+	_, ok := l.at.get(key)
 	return ok
 }
 
 // Add makes key the most recent, adding it with weight 1<<shift (and
 // evicting the least recent keys past the capacity) when it is not held.
 func (l *blockLRU) Add(key uint64, shift uint8) {
-	if i, ok := l.at[key]; ok {
+	if i, ok := l.at.get(key); ok {
 		l.moveFront(i, i)
 		return
 	}
@@ -70,8 +69,7 @@ func (l *blockLRU) Add(key uint64, shift uint8) {
 }
 
 // addNew is Add of a key the caller knows is not held, without looking it
-// up: most of a new prompt's blocks, which cost a map lookup each for
-// nothing (AddChain).
+// up first: most of a new prompt's blocks (AddChain).
 func (l *blockLRU) addNew(key uint64, shift uint8) {
 	w := 1 << shift
 	for l.len+w > l.size && l.slots[0].prev != 0 {
@@ -99,10 +97,9 @@ func (l *blockLRU) addNew(key uint64, shift uint8) {
 	l.slots[i].key = key
 	l.shift[i] = shift
 	l.pushFront(i, i)
-	held := len(l.at)
-	l.at[key] = i
+	held := l.at.put(key, i)
 	l.len += w
-	if len(l.at) == held && key != 0 { // free slots hold key 0
+	if held && key != 0 { // free slots hold key 0
 		l.dropStale(key, i) // it was held after all: see addNew's callers
 	}
 }
@@ -144,7 +141,7 @@ func chainShift(i int) uint8 {
 // evicted the run's oldest key the run is added one by one too. It returns
 // the length of the run it moved in one splice (0: none).
 func (l *blockLRU) AddChain(keys []uint64, absent int) int {
-	first, held := l.at[keys[0]]
+	first, held := l.at.get(keys[0])
 	m, last := 0, int32(0)
 	if held {
 		m, last = 1, first
@@ -167,7 +164,7 @@ func (l *blockLRU) AddChain(keys []uint64, absent int) int {
 	}
 	// Eviction takes the least recent key first: the run is intact while
 	// its oldest key, keys[m-1], is still held where it was.
-	if j, ok := l.at[keys[m-1]]; ok && j == last {
+	if j, ok := l.at.get(keys[m-1]); ok && j == last {
 		l.moveFront(first, last)
 		return m
 	}
@@ -202,7 +199,7 @@ func (l *blockLRU) Resize(size int) {
 
 // Purge removes every key.
 func (l *blockLRU) Purge() {
-	clear(l.at)
+	l.at.clear()
 	l.slots = l.slots[:1]
 	l.slots[0] = lruSlot{}
 	l.shift = l.shift[:1]
@@ -216,7 +213,7 @@ func (l *blockLRU) removeOldest() {
 		return
 	}
 	l.unlink(i, i)
-	delete(l.at, l.slots[i].key)
+	l.at.del(l.slots[i].key)
 	l.slots[i] = lruSlot{next: l.free}
 	l.free = i
 	l.len -= 1 << l.shift[i]

@@ -161,12 +161,12 @@ func TestAddNewHeldKey(t *testing.T) {
 	l.addNew(3, 1) // held with weight 1; now weight 2
 	require.Equal(t, []uint64{1, 2, 4, 5, 3}, keysOldestFirst(l))
 	require.Equal(t, 6, l.Len())
-	require.Len(t, l.at, 5)
+	require.Equal(t, 5, l.at.len())
 	for range 20 { // the freed slot is reused, nothing leaks
 		l.removeOldest()
 	}
 	require.Equal(t, 0, l.Len())
-	require.Empty(t, l.at)
+	require.Zero(t, l.at.len())
 	l.Add(9, 0)
 	require.Equal(t, []uint64{9}, keysOldestFirst(l))
 }
@@ -222,7 +222,7 @@ func TestLRUWeights(t *testing.T) {
 			require.True(t, got.Contains(e.key), "trial %d: key %x", trial, e.key)
 		}
 		require.Equal(t, held, got.Len(), "trial %d", trial)
-		require.Equal(t, len(model), len(got.at), "trial %d", trial)
+		require.Equal(t, len(model), got.at.len(), "trial %d", trial)
 		require.LessOrEqual(t, got.Len(), size)
 	}
 	require.Greater(t, heavy, 100, "chains reaching the weighted blocks")
