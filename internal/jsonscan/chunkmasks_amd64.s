@@ -25,6 +25,15 @@
 	PMOVMSKB X2, AX; SHLQ $sh, AX; ORQ AX, R12; \
 	PMOVMSKB X4, AX; SHLQ $sh, AX; ORQ AX, R13
 
+// ZEROMASKS clears the five masks of a chunk.
+#define ZEROMASKS XORQ R9, R9; XORQ R10, R10; XORQ R11, R11; XORQ R12, R12; XORQ R13, R13
+
+// STOREMASKS writes the chunk's masks to the chunkMasks at DI (its
+// layout: TestChunkMasksLayout) and moves on to the next chunk.
+#define STOREMASKS \
+	MOVQ R9, 0(DI); MOVQ R10, 8(DI); MOVQ R11, 16(DI); MOVQ R12, 24(DI); MOVQ R13, 32(DI); \
+	ADDQ $64, SI; ADDQ $40, DI; DECQ CX
+
 // X15 is left alone: Go's register ABI keeps zero in it.
 
 // func masksSSE2(p *byte, n int, m *chunkMasks)
@@ -46,23 +55,12 @@ TEXT ·masksSSE2(SB), NOSPLIT, $0-24
 loop:
 	TESTQ CX, CX
 	JZ    done
-	XORQ  R9, R9
-	XORQ  R10, R10
-	XORQ  R11, R11
-	XORQ  R12, R12
-	XORQ  R13, R13
+	ZEROMASKS
 	LANE(0, 0)
 	LANE(16, 16)
 	LANE(32, 32)
 	LANE(48, 48)
-	MOVQ  R9, 0(DI)
-	MOVQ  R10, 8(DI)
-	MOVQ  R11, 16(DI)
-	MOVQ  R12, 24(DI)
-	MOVQ  R13, 32(DI)
-	ADDQ  $64, SI
-	ADDQ  $40, DI
-	DECQ  CX
+	STOREMASKS
 	JMP   loop
 
 done:
@@ -111,21 +109,10 @@ TEXT ·masksAVX2(SB), NOSPLIT, $0-24
 yloop:
 	TESTQ CX, CX
 	JZ    ydone
-	XORQ  R9, R9
-	XORQ  R10, R10
-	XORQ  R11, R11
-	XORQ  R12, R12
-	XORQ  R13, R13
+	ZEROMASKS
 	LANE32(0, 0)
 	LANE32(32, 32)
-	MOVQ  R9, 0(DI)
-	MOVQ  R10, 8(DI)
-	MOVQ  R11, 16(DI)
-	MOVQ  R12, 24(DI)
-	MOVQ  R13, 32(DI)
-	ADDQ  $64, SI
-	ADDQ  $40, DI
-	DECQ  CX
+	STOREMASKS
 	JMP   yloop
 
 ydone:
