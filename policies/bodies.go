@@ -50,7 +50,7 @@ type jsonText struct {
 	// mostly rendered (parts' and blocks' text, function outputs) when it
 	// has escapes: the literal, decoded as it renders (or by str), with n
 	// its decoded length. plain says that the literal, or s, renders as it
-	// is (sink.writeString). One field for both keeps jsonText at 48
+	// is (sink.writeBodyText). One field for both keeps jsonText at 48
 	// bytes; a block holds eighteen.
 	raw   []byte
 	n     int32
@@ -87,7 +87,7 @@ func (t *jsonText) str() string {
 func (t *jsonText) render(w *sink) {
 	switch t.kind {
 	case shapeString:
-		w.writeString(t.s, t.raw, t.plain)
+		w.writeBodyText(t.s, t.raw, t.plain)
 	case shapeOther:
 		w.Write(t.raw)
 	}
@@ -176,7 +176,7 @@ type chatMessage struct {
 type content struct {
 	text  string
 	lit   []byte
-	plain bool // lit, or text, renders as it is (sink.writeString)
+	plain bool // lit, or text, renders as it is (sink.writeBodyText)
 	parts []contentPart
 	kind  shape
 }

@@ -38,7 +38,7 @@ func field(w *sink, tag string, v *jsonText) {
 func renderContent(w *sink, c *content) {
 	switch c.kind {
 	case shapeString:
-		w.writeString(c.text, c.lit, c.plain)
+		w.writeBodyText(c.text, c.lit, c.plain)
 	case shapeArray:
 		for i := range c.parts {
 			if i > 0 {

@@ -94,10 +94,10 @@ func (c *sink) writeLit(lit []byte, plain bool) {
 	}
 }
 
-// writeString renders a string the fast paths read from the body, or the
+// writeBodyText renders a string the fast paths read from the body, or the
 // general path decoded: lit, its literal, when it kept one, else text;
 // plain says that either is escaped already.
-func (c *sink) writeString(text string, lit []byte, plain bool) {
+func (c *sink) writeBodyText(text string, lit []byte, plain bool) {
 	switch {
 	case lit != nil:
 		c.writeLit(lit, plain)
