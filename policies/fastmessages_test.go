@@ -232,3 +232,26 @@ func BenchmarkParseAgentMessages256K(b *testing.B) {
 func BenchmarkParseAgentChat256K(b *testing.B) {
 	benchmarkFastPath(b, pathChat, fastChat, agentbody.Chat(agentSpec256K), true)
 }
+
+// BenchmarkParseAgentChainCap is Parse of the 256 KiB agent body at the
+// default block cap and at 256 blocks (32 KiB at the default block size,
+// past which a string is only counted): what the longer chain costs the
+// hot path.
+func BenchmarkParseAgentChainCap(b *testing.B) {
+	body := agentbody.Messages(agentSpec256K)
+	for _, max := range []int{256, DefaultMaxBlocks} {
+		b.Run(fmt.Sprintf("max_blocks=%d", max), func(b *testing.B) {
+			cfg := ParseConfig{Deployment: "d", MaxBlocks: max}
+			if req, err := Parse(pathMessages, body, cfg); err != nil || len(req.Keys.Blocks) != min(max, ChainBlocks(req.Keys.Bytes, DefaultBlockSize)) {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Parse(pathMessages, body, cfg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
