@@ -5,12 +5,12 @@ import "math/rand/v2"
 // slotMap is blockLRU's map from block hash to slot: open addressing with
 // linear probing over a power-of-two table of keys and slots, deleted
 // entries closed up by shifting their successors back (no tombstones). A
-// placed prompt adds and evicts hundreds of blocks, and a Go map's
-// lookups, inserts and deletes were most of Select's time under that
-// churn; this one compares a key where the map hashes it and walks its
-// groups. Keys are block hashes, already uniform, but a client chooses
-// its prompts: they are mixed with a seed of the table's own, so that no
-// one can aim blocks at one probe run. Neither slice holds a pointer.
+// placed prompt adds and evicts hundreds of blocks, so these operations
+// are most of Select's work under churn: this table compares a key where
+// a Go map hashes it and walks its groups (BenchmarkIndexPlace). Keys are
+// block hashes, already uniform, but a client chooses its prompts: they
+// are mixed with a seed of the table's own, so that no one can aim blocks
+// at one probe run. Neither slice holds a pointer.
 type slotMap struct {
 	keys []uint64
 	// slots holds each entry's slot, 0 for an empty entry (slot 0 is the
