@@ -48,8 +48,9 @@ type jsonText struct {
 	// raw is the raw JSON of a value of another kind (shapeOther); for a
 	// string it is set, instead of s, by the fast paths for text that is
 	// mostly rendered (parts' and blocks' text, function outputs) when it
-	// has escapes: the literal, decoded as it renders (or by str), with n
-	// its decoded length. plain says that the literal, or s, renders as it
+	// has escapes: the literal, rendered from it (sink.writeLit; decoded
+	// by str), with n its decoded length (the tools' canonical form
+	// prefixes it). plain says that the literal, or s, renders as it
 	// is (sink.writeBodyText). One field for both keeps jsonText at 48
 	// bytes; a block holds eighteen.
 	raw   []byte
@@ -171,8 +172,8 @@ type chatMessage struct {
 }
 
 // content is a message's content: a string or an array of parts. A string
-// is text, or (fastChat) lit: its literal, escapes and all, decoded as it
-// renders (sink.writeUnquoted) so that it is never copied.
+// is text, or (fastChat) lit: its literal, escapes and all, rendered from
+// it (sink.writeLit) so that it is never copied.
 type content struct {
 	text  string
 	lit   []byte

@@ -91,8 +91,8 @@ func (s *reader) messages(b *chatBody) bool {
 }
 
 // content reads a message's content: null, a string (kept as its literal
-// when it has escapes, decoded as it renders: no copy of the prompt) or an
-// array of parts.
+// when it has escapes, rendered from it, sink.writeLit: no copy of the
+// prompt) or an array of parts.
 func (s *reader) content(c *content) bool {
 	*c = content{}
 	switch {

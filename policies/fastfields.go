@@ -130,8 +130,8 @@ func text(lit []byte, esc bool) (string, bool) {
 }
 
 // lazyText is textField for text that is mostly rendered: an escaped
-// string is kept as its literal (jsonText.raw), decoded as it renders, or
-// only counted past the block cap.
+// string is kept as its literal (jsonText.raw), rendered from it
+// (sink.writeLit) and decoded only where str asks.
 func (s *reader) lazyText(t *jsonText) bool {
 	if s.Peek() != '"' {
 		return s.textField(t)
@@ -147,8 +147,8 @@ func (s *reader) lazyText(t *jsonText) bool {
 
 // lazyString reads a string: its text when it has no escapes (the body's
 // own bytes, no copy, plain: JSON escapes nothing in it), else its
-// literal, decoded length and whether it is plain, to be rendered as it is
-// or decoded as it renders (sink.writeLit).
+// literal, decoded length and whether it is plain, to be rendered from
+// (sink.writeLit).
 func (s *reader) lazyString() (text string, lit []byte, n int, plain, ok bool) {
 	l, n, plain, ok := s.StringLen()
 	if !ok {

@@ -8,8 +8,9 @@ import "math"
 // the least recent, Contains does not touch recency, Resize evicts from the
 // back) and no pointers: the keys' order is a doubly linked list of slot
 // indices in one slice, found through a table from key to slot (slotMap).
-// Neither holds a pointer, so the garbage collector does not walk them: simplelru's list elements are one heap object with three pointers
-// per block, which a large pool's indexes (64 replicas at
+// Neither holds a pointer, so the garbage collector does not walk them:
+// simplelru's list elements are one heap object with three pointers per
+// block, which a large pool's indexes (64 replicas at
 // DefaultIndexCapacity are a million blocks) make the collector visit on
 // every cycle (BenchmarkIndexGC). It also takes half the memory
 // (TestIndexBytesPerEntry).
@@ -111,10 +112,7 @@ func (l *blockLRU) addNew(key uint64, shift uint8) {
 func (l *blockLRU) dropStale(key uint64, keep int32) {
 	for j := int32(1); j < int32(len(l.slots)); j++ {
 		if j != keep && l.slots[j].key == key {
-			l.unlink(j, j)
-			l.len -= 1 << l.shift[j]
-			l.slots[j] = lruSlot{next: l.free}
-			l.free = j
+			l.release(j) // the table holds keep for key now
 			return
 		}
 	}
@@ -212,11 +210,17 @@ func (l *blockLRU) removeOldest() {
 	if i == 0 {
 		return
 	}
-	l.unlink(i, i)
 	l.at.del(l.slots[i].key)
+	l.release(i)
+}
+
+// release takes slot i out of the recency list and its weight out of the
+// length, and makes it reusable; the table is the caller's to mend.
+func (l *blockLRU) release(i int32) {
+	l.unlink(i, i)
+	l.len -= 1 << l.shift[i]
 	l.slots[i] = lruSlot{next: l.free}
 	l.free = i
-	l.len -= 1 << l.shift[i]
 }
 
 // unlink takes the linked run of slots from first to last (first the

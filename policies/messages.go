@@ -52,7 +52,7 @@ type anthropicMessage struct {
 // blocks is an Anthropic content: a string or an array of content blocks.
 // Any other value (or an array that does not decode as blocks) is
 // shapeOther. A string is text, or (fastMessages) lit: its literal, escapes
-// and all, decoded as it renders, like content's (a tool result carrying a
+// and all, rendered from it like content's (a tool result carrying a
 // source file is most of an agent's body, and escapes all through).
 type blocks struct {
 	text  string

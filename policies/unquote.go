@@ -127,7 +127,7 @@ func (c *sink) writeText(s string) {
 
 // appendUnquoted appends the string literal lit (quotes included, valid
 // JSON) to out decoded as unquote decodes it, without building the
-// string: writeUnquoted for a byte slice (the canonical form of tools).
+// string (the canonical form of tools).
 func appendUnquoted(out, lit []byte) []byte {
 	s := lit[1 : len(lit)-1]
 	for {

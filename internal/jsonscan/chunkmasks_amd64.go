@@ -6,7 +6,7 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// simdMasks: masks sets esc and u (SSE2 compares are cheap enough
+// simdMasks: masks sets esc and slow (SSE2 compares are cheap enough
 // to class every byte).
 const simdMasks = true
 
@@ -30,15 +30,6 @@ func masks(b []byte, ms []chunkMasks) {
 // hasAVX2 picks masksAVX2 (golang.org/x/sys/cpu checks the OS saves the
 // wide registers too).
 var hasAVX2 = cpu.X86.HasAVX2
-
-// maskVariants are the classings this CPU can run, for the tests.
-func maskVariants() map[string]func(p *byte, n int, m *chunkMasks) {
-	v := map[string]func(p *byte, n int, m *chunkMasks){"sse2": masksSSE2}
-	if hasAVX2 {
-		v["avx2"] = masksAVX2
-	}
-	return v
-}
 
 //go:noescape
 func masksSSE2(p *byte, n int, m *chunkMasks)

@@ -15,10 +15,6 @@ func masks(b []byte, ms []chunkMasks) {
 	}
 }
 
-// maskVariants are the classings this CPU can run, for the tests: none
-// but masks here.
-func maskVariants() map[string]func(p *byte, n int, m *chunkMasks) { return nil }
-
 // backslashes64 is the mask of the backslashes of a (bit k for a[k]).
 func backslashes64(a *[64]byte) uint64 {
 	var m uint64

@@ -329,8 +329,7 @@ func StringEnd(b []byte, i int) (end int, esc, ok bool) {
 // escapes as they are (invalid UTF-8 too), each one-byte escape one byte,
 // \uXXXX the UTF-8 of its rune, a surrogate pair the four bytes of the
 // rune it makes, a lone surrogate U+FFFD's three. The scan visits every
-// escape anyway; the renderer counts a string that lies past the block cap
-// by it instead of decoding it.
+// escape anyway, so a caller knows a text's length without decoding it.
 func StringEndLen(b []byte, i int) (end, n int, ok bool) {
 	end, n, _, ok = StringEndPlain(b, i)
 	return end, n, ok
