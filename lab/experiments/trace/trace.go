@@ -116,6 +116,14 @@ type Options struct {
 	// Requests keeps the first n requests of the trace (a window of its
 	// time; 0: all).
 	Requests int `json:"requests,omitempty"`
+	// Sample, when positive, replays a sample of the (windowed) trace
+	// rather than all of it: whole prefix families (the requests whose
+	// first block id is the same, the only ones that can share a prefix)
+	// drawn at random with Seed until they hold at least Sample requests,
+	// in the trace's order and timing. A short replay keeps the trace's
+	// reuse that way, where a window of its start has almost none: a
+	// conversation's later turns come minutes after its first.
+	Sample int `json:"sample,omitempty"`
 	// SharedHead opens every request with the same n blocks (ids the trace
 	// does not use), the shape of production traces whose requests all
 	// start with one system prompt, which the synthetic trace lacks; 0
@@ -146,6 +154,9 @@ func (o Options) window(recs []Record) []Record {
 	if o.Requests > 0 && o.Requests < len(recs) {
 		recs = recs[:o.Requests]
 	}
+	if o.Sample > 0 && o.Sample < len(recs) {
+		recs = sampleFamilies(recs, o.Sample, o.Seed)
+	}
 	if o.SharedHead <= 0 {
 		return recs
 	}
@@ -164,6 +175,34 @@ func (o Options) window(recs []Record) []Record {
 		r.HashIDs = append(ids, r.HashIDs...)
 		r.InputLength += o.SharedHead * TraceBlockTokens
 		out[i] = r
+	}
+	return out
+}
+
+// sampleFamilies keeps the requests of whole prefix families, drawn in a
+// seeded random order until they hold at least n requests, in recs' order.
+func sampleFamilies(recs []Record, n int, seed uint64) []Record {
+	var firsts []int64
+	size := map[int64]int{}
+	for _, r := range recs {
+		id := r.HashIDs[0]
+		if size[id] == 0 {
+			firsts = append(firsts, id)
+		}
+		size[id]++
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x73616d706c65))
+	rng.Shuffle(len(firsts), func(i, j int) { firsts[i], firsts[j] = firsts[j], firsts[i] })
+	keep := map[int64]bool{}
+	for got, k := 0, 0; got < n && k < len(firsts); k++ {
+		keep[firsts[k]] = true
+		got += size[firsts[k]]
+	}
+	out := make([]Record, 0, n+n/4)
+	for _, r := range recs {
+		if keep[r.HashIDs[0]] {
+			out = append(out, r)
+		}
 	}
 	return out
 }
@@ -312,7 +351,10 @@ type Stats struct {
 	Requests int `json:"requests"`
 	// Blocks is the number of distinct block ids: the working set is
 	// Blocks x BlockTokens tokens.
-	Blocks           int     `json:"distinct_blocks"`
+	Blocks int `json:"distinct_blocks"`
+	// Families is the number of distinct first block ids: groups of
+	// requests that can share a prefix.
+	Families         int     `json:"prefix_families"`
 	WorkingSetTokens int64   `json:"working_set_tokens"`
 	MeanInputTokens  float64 `json:"mean_input_tokens"`
 	MeanOutputTokens float64 `json:"mean_output_tokens"`
@@ -328,11 +370,12 @@ type Stats struct {
 func Describe(recs []Record, o Options) Stats {
 	o = o.withDefaults()
 	recs = o.window(recs)
-	seen := map[int64]bool{}
+	seen, firsts := map[int64]bool{}, map[int64]bool{}
 	var st Stats
 	var in, out, reuse int64
 	for i := range recs {
 		r := &recs[i]
+		firsts[r.HashIDs[0]] = true
 		last := len(r.HashIDs) - 1
 		for j, id := range r.HashIDs {
 			n := o.BlockTokens
@@ -353,7 +396,7 @@ func Describe(recs []Record, o Options) Stats {
 		}
 		out += int64(max(o2, 1))
 	}
-	st.Requests, st.Blocks = len(recs), len(seen)
+	st.Requests, st.Blocks, st.Families = len(recs), len(seen), len(firsts)
 	st.WorkingSetTokens = int64(len(seen)) * int64(o.BlockTokens)
 	if len(recs) > 0 {
 		st.MeanInputTokens, st.MeanOutputTokens = float64(in)/float64(len(recs)), float64(out)/float64(len(recs))

@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -252,7 +253,7 @@ func TestDescribeBound(t *testing.T) {
 	if want := float64(1024+1536+100) / 5100; st.Bound != want {
 		t.Errorf("bound %v, want %v", st.Bound, want)
 	}
-	if st.Blocks != 7 || st.WorkingSetTokens != 7*512 || st.Requests != 5 || st.SpanS != 2 {
+	if st.Blocks != 7 || st.Families != 2 || st.WorkingSetTokens != 7*512 || st.Requests != 5 || st.SpanS != 2 {
 		t.Errorf("stats %+v", st)
 	}
 	// The first two requests only: block 1 and 2 reused by request 1.
@@ -346,5 +347,58 @@ func TestSharedHead(t *testing.T) {
 	}
 	if n < 4 || n >= min(len(r0.Keys.Blocks), len(r3.Keys.Blocks)) {
 		t.Errorf("with a shared head, requests 0 and 3 share %d keys of %d and %d", n, len(r0.Keys.Blocks), len(r3.Keys.Blocks))
+	}
+}
+
+// TestSampleKeepsWholeFamilies: a sample holds every request of each
+// family it draws (and none of the others), in the trace's order, at
+// least the requests asked for, differs across seeds, and keeps the
+// given trace's reuse where its start has almost none.
+func TestSampleKeepsWholeFamilies(t *testing.T) {
+	recs := readSmall(t)
+	got := Options{Sample: 1, Seed: 3}.window(recs)
+	fam := got[0].HashIDs[0]
+	want := 0
+	for _, r := range recs {
+		if r.HashIDs[0] == fam {
+			want++
+		}
+	}
+	if len(got) != want {
+		t.Fatalf("sample of family %d: %d requests, want all %d", fam, len(got), want)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].HashIDs[0] != fam || got[i].Timestamp < got[i-1].Timestamp {
+			t.Fatalf("request %d of the sample: %+v", i, got[i])
+		}
+	}
+	if n := len(Options{Sample: 5}.window(recs)); n != 5 {
+		t.Errorf("a sample of all: %d requests", n)
+	}
+
+	path := "../../../../shared/traces/mooncake_synthetic_trace.jsonl"
+	if _, err := os.Stat(path); err != nil {
+		t.Skip("trace not present")
+	}
+	all, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := Describe(all, Options{Requests: 200})
+	firsts := map[string]bool{}
+	for seed := range uint64(3) {
+		o := Options{Sample: 200, Seed: seed + 1}
+		st := Describe(all, o)
+		if st.Requests < 200 || st.Requests > 260 {
+			t.Errorf("seed %d: %d requests, want 200 to 260", seed+1, st.Requests)
+		}
+		// The whole trace's bound is 0.651; its first 200 requests' 0.06.
+		if st.Bound < 0.4 || st.Bound < 4*start.Bound {
+			t.Errorf("seed %d: bound %.3f (the start's %.3f)", seed+1, st.Bound, start.Bound)
+		}
+		firsts[string(fmt.Append(nil, o.window(all)[0].HashIDs[0]))] = true
+	}
+	if len(firsts) < 2 {
+		t.Error("every seed drew the same first family")
 	}
 }

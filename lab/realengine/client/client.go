@@ -89,7 +89,11 @@ func ChatBody(model string, maxTokens int, r Request) []byte {
 // the first chunk that carries generated text.
 func (c *Client) Do(ctx context.Context, r Request, start time.Time) (res Result) {
 	res = Result{Index: r.Index, Group: r.Group, Turn: r.Turn, Prev: r.Prev, TTFTMs: -1, Slot: -1, EngineLCP: -1}
-	body := ChatBody(c.Model, c.MaxTokens, r)
+	maxTokens := c.MaxTokens
+	if r.MaxTokens > 0 {
+		maxTokens = r.MaxTokens
+	}
+	body := ChatBody(c.Model, maxTokens, r)
 	if c.RouterBytes != nil {
 		res.RouterPromptBytes = c.RouterBytes(body)
 	}

@@ -127,6 +127,9 @@ func TestMultiTurnPlanAndAnswerReuse(t *testing.T) {
 	if len(ms) != 6 || ms[0] != (Message{"system", "s"}) || ms[2] != (Message{"assistant", "a1"}) || ms[5] != (Message{"user", "q3"}) {
 		t.Fatalf("messages %+v", ms)
 	}
+	if ms := (Request{User: "q"}).Messages(); len(ms) != 1 || ms[0] != (Message{"user", "q"}) {
+		t.Fatalf("no system prompt: messages %+v", ms)
+	}
 
 	ok := func(i, prev, prompt, completion, lcp int) Result {
 		return Result{Index: i, Prev: prev, PromptTokens: prompt, CompletionTokens: completion, EngineLCP: lcp, Complete: true}

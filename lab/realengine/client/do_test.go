@@ -221,3 +221,29 @@ func TestEngineSlotAndAnswer(t *testing.T) {
 		t.Fatalf("answerText = %q", got)
 	}
 }
+
+// TestDoAnswerLength: a request's own answer length wins over the
+// client's, which applies when the request has none.
+func TestDoAnswerLength(t *testing.T) {
+	got := make(chan int, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			MaxTokens int `json:"max_tokens"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		got <- body.MaxTokens
+		http.Error(w, "no", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	c := &Client{URL: srv.URL, Model: "m", MaxTokens: 8, HTTP: srv.Client()}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, tc := range []struct{ own, want int }{{0, 8}, {21, 21}} {
+		if r := c.Do(ctx, Request{User: "u", MaxTokens: tc.own}, time.Now()); r.Status != http.StatusServiceUnavailable {
+			t.Fatalf("result %+v", r)
+		}
+		if n := <-got; n != tc.want {
+			t.Errorf("request's own %d: max_tokens %d, want %d", tc.own, n, tc.want)
+		}
+	}
+}

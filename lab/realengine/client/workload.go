@@ -43,6 +43,8 @@ type Request struct {
 	Prev   int    `json:"prev"`
 	System string `json:"-"`
 	User   string `json:"-"`
+	// MaxTokens is the answer length (0: the client's).
+	MaxTokens int `json:"max_tokens,omitempty"`
 	// History is the conversation so far, filled in when the request is
 	// sent (the answers are the engine's).
 	History []Exchange `json:"-"`
@@ -54,10 +56,13 @@ type Exchange struct {
 	User, Assistant string
 }
 
-// Messages returns the request's chat messages: the system prompt, the
-// earlier exchanges, the question.
+// Messages returns the request's chat messages: the system prompt (none
+// when empty), the earlier exchanges, the question.
 func (r Request) Messages() []Message {
-	ms := []Message{{Role: "system", Content: r.System}}
+	var ms []Message
+	if r.System != "" {
+		ms = append(ms, Message{Role: "system", Content: r.System})
+	}
 	for _, h := range r.History {
 		ms = append(ms, Message{Role: "user", Content: h.User}, Message{Role: "assistant", Content: h.Assistant})
 	}

@@ -3,17 +3,23 @@
 // on CPU: for each seed and strategy it starts both servers fresh (empty
 // caches), caddy with llm_route and the strategy (slot_hold on, as the
 // README recommends for llama.cpp's per-slot cache; engine_metrics with the
-// servers' key), replays the same shared-prefix workload, and records TTFT
-// and the cached-token rate the servers reported. Run it from lab/:
+// servers' key), replays the same workload, and records TTFT and the
+// cached-token rate the servers reported. The workload is shared_prefix
+// (groups of requests under one system prompt) or trace: a sample of a
+// Mooncake-format trace's prefix families, its tokens scaled to the CPU
+// and its arrivals compressed to a share of the two servers' cold
+// capacity, which serverbench measures on a server of its own first. Run
+// it from lab/:
 //
 //	go run ./realengine/cmd/serverbench -server ~/.cache/llmroute/llama-server-3.21.1/llama-server \
-//	    -model realengine/out/qwen3.gguf -caddy ../caddy -seeds 1,2,3
+//	    -model realengine/out/qwen3.gguf -caddy ../caddy -seeds 1,2,3 [-workload trace]
 //
 // Everything listens on 127.0.0.1; every process it starts is stopped when
 // it ends. Progress goes to stderr.
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -31,18 +37,20 @@ import (
 	"github.com/llmroute/caddy-llmroute/internal/testrig/caddyproc"
 	"github.com/llmroute/caddy-llmroute/internal/testrig/netx"
 	"github.com/llmroute/caddy-llmroute/internal/testrig/proc"
+	"github.com/llmroute/caddy-llmroute/lab/experiments/trace"
 	"github.com/llmroute/caddy-llmroute/lab/realengine/client"
 )
 
 type config struct {
-	Server, Model, Caddy, Out string
-	Policies                  []string
-	Seeds                     []uint64
-	Requests, Groups, Slots   int
-	SystemChars, MaxTokens    int
-	Threads                   int
-	Rate                      float64
-	SlotHold                  time.Duration
+	Server, Model, Caddy, Out, Logs string
+	Workload, Trace                 string
+	Policies                        []string
+	Seeds                           []uint64
+	Requests, Groups, Slots, Ctx    int
+	SystemChars, MaxTokens          int
+	Threads, BlockTokens            int
+	Rate, Util                      float64
+	SlotHold                        time.Duration
 }
 
 // Run is one strategy on one seed.
@@ -52,12 +60,23 @@ type Run struct {
 	Summary client.Summary `json:"summary"`
 }
 
+// Sample is the trace a seed replays: what it holds (at the replay's
+// scale, in the trace generator's tokens) and the rate it arrives at.
+type Sample struct {
+	Seed  uint64      `json:"seed"`
+	Stats trace.Stats `json:"trace"`
+	Rate  float64     `json:"rate_per_s"`
+}
+
 // Record is serverbench's output.
 type Record struct {
-	Experiment string `json:"experiment"`
-	Server     string `json:"server"`
-	Setup      string `json:"setup"`
-	Runs       []Run  `json:"runs"`
+	Experiment  string       `json:"experiment"`
+	Workload    string       `json:"workload"`
+	Server      string       `json:"server"`
+	Setup       string       `json:"setup"`
+	Calibration *Calibration `json:"calibration,omitempty"`
+	Samples     []Sample     `json:"samples,omitempty"`
+	Runs        []Run        `json:"runs"`
 }
 
 const key = "sk-serverbench"
@@ -68,19 +87,33 @@ func main() {
 	flag.StringVar(&c.Server, "server", "", "llama-server binary (realengine/build-llama-server.sh prints it)")
 	flag.StringVar(&c.Model, "model", "realengine/out/qwen3.gguf", "GGUF model (realengine/cmd/ggufqwen3)")
 	flag.StringVar(&c.Caddy, "caddy", "../caddy", "caddy with llmroute")
-	flag.StringVar(&c.Out, "out", "experiments/results/realserver", "records directory (realserver.json, realserver.md)")
+	flag.StringVar(&c.Out, "out", "", "records directory (realserver.json, realserver.md; default experiments/results/realserver, realserver_trace for the trace)")
+	flag.StringVar(&c.Logs, "logs", "realengine/out/serverbench", "the servers' logs")
+	flag.StringVar(&c.Workload, "workload", "shared_prefix", "shared_prefix or trace")
+	flag.StringVar(&c.Trace, "trace", "../../shared/traces/mooncake_synthetic_trace.jsonl", "trace: the Mooncake-format trace")
+	flag.IntVar(&c.BlockTokens, "block-tokens", 32, "trace: tokens of one 512-token trace block (prompts and answers scaled by it/512)")
+	flag.Float64Var(&c.Util, "util", 0.7, "trace: arrivals as a share of the two servers' measured cold capacity")
+	flag.IntVar(&c.Ctx, "ctx", 0, "context per slot in tokens (default 4096; trace 16384, which its longest prompts need)")
 	flag.StringVar(&pols, "policies", "prefix_load,least_load,round_robin", "strategies")
 	flag.StringVar(&seeds, "seeds", "1,2,3", "workload seeds")
-	flag.IntVar(&c.Requests, "requests", 200, "requests per run")
+	flag.IntVar(&c.Requests, "requests", 200, "requests per run (trace: at least, in whole prefix families)")
 	flag.IntVar(&c.Groups, "groups", 8, "system prompts shared by the requests")
 	flag.IntVar(&c.Slots, "slots", 2, "slots per server (-np)")
 	flag.IntVar(&c.SystemChars, "system-chars", 6000, "system prompt length in characters (about 1,300 Qwen3 tokens)")
 	flag.IntVar(&c.MaxTokens, "max-tokens", 8, "answer length")
 	flag.IntVar(&c.Threads, "threads", 1, "threads per server")
-	flag.Float64Var(&c.Rate, "rate", 4, "Poisson arrivals per second")
+	flag.Float64Var(&c.Rate, "rate", 4, "shared_prefix: Poisson arrivals per second")
 	flag.DurationVar(&c.SlotHold, "slot-hold", 2*time.Second, "slot_hold (0: off)")
 	flag.Parse()
 	c.Policies = strings.Split(pols, ",")
+	switch c.Workload {
+	case "shared_prefix":
+		c.Out, c.Ctx = cmp.Or(c.Out, "experiments/results/realserver"), cmp.Or(c.Ctx, 4096)
+	case "trace":
+		c.Out, c.Ctx = cmp.Or(c.Out, "experiments/results/realserver_trace"), cmp.Or(c.Ctx, 16384)
+	default:
+		fatal(fmt.Errorf("unknown workload %q (shared_prefix or trace)", c.Workload))
+	}
 	for _, s := range strings.Split(seeds, ",") {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
@@ -99,19 +132,53 @@ func fatal(err error) {
 }
 
 func run(c config) error {
-	if err := os.MkdirAll(c.Out, 0o755); err != nil {
-		return err
+	for _, d := range []string{c.Out, c.Logs} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
 	}
 	ver, _ := exec.Command(c.Server, "--version").CombinedOutput()
-	rec := Record{Experiment: "realserver", Server: strings.TrimSpace(lastLine(string(ver))),
-		Setup: fmt.Sprintf("two llama-server replicas, -np %d, -t %d, random-weight Qwen3-tokenizer GGUF; %d requests per run over %d shared system prompts of %d chars, %d output tokens, Poisson %.1f/s; slot_hold %v",
-			c.Slots, c.Threads, c.Requests, c.Groups, c.SystemChars, c.MaxTokens, c.Rate, c.SlotHold)}
+	rec := Record{Experiment: "realserver", Workload: c.Workload, Server: strings.TrimSpace(lastLine(string(ver)))}
+	servers := fmt.Sprintf("two llama-server replicas, -np %d, -c %d a slot, -t %d, random-weight Qwen3-tokenizer GGUF", c.Slots, c.Ctx, c.Threads)
+	var recs []trace.Record
 	ctx := context.Background()
-	for _, seed := range c.Seeds {
-		plan, err := client.Plan(client.WorkloadConfig{Name: client.SharedPrefix, Groups: c.Groups, PerGroup: c.Requests / c.Groups,
-			SystemChars: c.SystemChars, Rate: c.Rate, MaxTokens: c.MaxTokens, Seed: seed})
-		if err != nil {
+	if c.Workload == "trace" {
+		var err error
+		if recs, err = trace.Load(c.Trace); err != nil {
 			return err
+		}
+		fmt.Fprintln(os.Stderr, "calibrating: cold prefill and decode on one server")
+		cal, err := calibrate(ctx, c, recs)
+		if err != nil {
+			return fmt.Errorf("calibration: %w", err)
+		}
+		rec.Calibration = &cal
+		fmt.Fprintf(os.Stderr, "calibration: prefill %.3f ms a token, decode %.2f ms a token\n", cal.PrefillMsPerToken, cal.DecodeMsPerToken)
+		rec.Setup = fmt.Sprintf("%s; %s sampled by whole prefix families (at least %d requests a seed), %d tokens per 512-token block (prompts and answers scaled by 1/%d), "+
+			"arrivals compressed to %.2f of the two servers' measured cold capacity; slot_hold %v",
+			servers, filepath.Base(c.Trace), c.Requests, c.BlockTokens, trace.TraceBlockTokens/c.BlockTokens, c.Util, c.SlotHold)
+	} else {
+		rec.Setup = fmt.Sprintf("%s; %d requests per run over %d shared system prompts of %d chars, %d output tokens, Poisson %.1f/s; slot_hold %v",
+			servers, c.Requests, c.Groups, c.SystemChars, c.MaxTokens, c.Rate, c.SlotHold)
+	}
+	for _, seed := range c.Seeds {
+		var plan []client.Request
+		if c.Workload == "trace" {
+			p, smp, err := tracePlan(c, recs, seed, *rec.Calibration)
+			if err != nil {
+				return err
+			}
+			plan = p
+			rec.Samples = append(rec.Samples, smp)
+			fmt.Fprintf(os.Stderr, "seed %d: %d requests, %.0f tokens a prompt, bound %.3f, %.2f/s\n",
+				seed, smp.Stats.Requests, smp.Stats.MeanInputTokens, smp.Stats.Bound, smp.Rate)
+		} else {
+			p, err := client.Plan(client.WorkloadConfig{Name: client.SharedPrefix, Groups: c.Groups, PerGroup: c.Requests / c.Groups,
+				SystemChars: c.SystemChars, Rate: c.Rate, MaxTokens: c.MaxTokens, Seed: seed})
+			if err != nil {
+				return err
+			}
+			plan = p
 		}
 		for _, pol := range c.Policies {
 			s, err := runOne(ctx, c, pol, seed, plan)
@@ -119,7 +186,7 @@ func run(c config) error {
 				return fmt.Errorf("%s seed %d: %w", pol, seed, err)
 			}
 			rec.Runs = append(rec.Runs, Run{Policy: pol, Seed: seed, Summary: s})
-			fmt.Fprintf(os.Stderr, "seed %d %-12s ttft p50 %7.0f p99 %7.0f ms, cached %.2f, %d/%d complete\n",
+			fmt.Fprintf(os.Stderr, "seed %d %-12s ttft p50 %7.0f p99 %7.0f ms, cached %.3f, %d/%d complete\n",
 				seed, pol, s.TTFTP50, s.TTFTP99, s.CachedTokenRate, s.Completed, s.Requests)
 		}
 	}
@@ -135,6 +202,27 @@ func lastLine(s string) string {
 	return lines[len(lines)-1]
 }
 
+// startServer starts one fresh llama-server and waits until it is healthy.
+func startServer(ctx context.Context, c config, logName string) (*proc.Proc, string, error) {
+	port, err := netx.FreePort()
+	if err != nil {
+		return nil, "", err
+	}
+	cmd := exec.Command(c.Server, "-m", c.Model, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--metrics", "--api-key", key, "-np", strconv.Itoa(c.Slots), "-c", strconv.Itoa(c.Slots*c.Ctx),
+		"-t", strconv.Itoa(c.Threads), "--jinja", "--cache-reuse", "256")
+	p, err := proc.Start(cmd, filepath.Join(c.Logs, logName))
+	if err != nil {
+		return nil, "", err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	if err := waitHealth(ctx, addr, 60*time.Second); err != nil {
+		p.Stop(3 * time.Second)
+		return nil, "", fmt.Errorf("%s: %w\n%s", addr, err, p.LogTail(10))
+	}
+	return p, addr, nil
+}
+
 // runOne starts two fresh servers and caddy with pol, replays plan and
 // returns its summary.
 func runOne(ctx context.Context, c config, pol string, seed uint64, plan []client.Request) (client.Summary, error) {
@@ -146,22 +234,11 @@ func runOne(ctx context.Context, c config, pol string, seed uint64, plan []clien
 		}
 	}()
 	for i := range 2 {
-		port, err := netx.FreePort()
-		if err != nil {
-			return client.Summary{}, err
-		}
-		cmd := exec.Command(c.Server, "-m", c.Model, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
-			"--metrics", "--api-key", key, "-np", strconv.Itoa(c.Slots), "-c", strconv.Itoa(c.Slots*4096),
-			"-t", strconv.Itoa(c.Threads), "--jinja", "--cache-reuse", "256")
-		p, err := proc.Start(cmd, filepath.Join(c.Out, fmt.Sprintf("server-%s-%d-%d.log", pol, seed, i)))
+		p, addr, err := startServer(ctx, c, fmt.Sprintf("server-%s-%s-%d-%d.log", c.Workload, pol, seed, i))
 		if err != nil {
 			return client.Summary{}, err
 		}
 		procs = append(procs, p)
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		if err := waitHealth(ctx, addr, 60*time.Second); err != nil {
-			return client.Summary{}, fmt.Errorf("%s: %w\n%s", addr, err, p.LogTail(10))
-		}
 		addrs = append(addrs, addr)
 	}
 	admin, err := netx.FreePort()
@@ -212,7 +289,7 @@ http://127.0.0.1:%d {
 		return client.Summary{}, err
 	}
 	defer cd.Stop()
-	cl := &client.Client{URL: fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", listen), Model: "tiny", MaxTokens: c.MaxTokens,
+	cl := &client.Client{URL: fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", listen), Model: "tiny", MaxTokens: c.MaxTokens, ReplicaHeader: "X-LLMRoute-Replica",
 		HTTP: &http.Client{Timeout: 10 * time.Minute}}
 	res := cl.Run(ctx, plan, 20*time.Minute)
 	return client.Summarize(res), nil
@@ -238,13 +315,33 @@ func waitHealth(ctx context.Context, addr string, within time.Duration) error {
 // on every seed.
 func markdown(r Record) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Real llama.cpp servers\n\n%s. Server: %s. Generated by lab/realengine/cmd/serverbench.\n\n", r.Setup, r.Server)
+	fmt.Fprintf(&b, "# Real llama.cpp servers: %s\n\n%s. Server: %s. Generated by lab/realengine/cmd/serverbench.\n\n", r.Workload, r.Setup, r.Server)
+	if cal := r.Calibration; cal != nil {
+		fmt.Fprintf(&b, "Calibration (%d cold prompts on a server of its own): %.2f server tokens per generator token, prefill %.3f ms and decode %.2f ms a token.\n\n",
+			cal.Prompts, cal.EngineTokensPerToken, cal.PrefillMsPerToken, cal.DecodeMsPerToken)
+	}
+	if len(r.Samples) > 0 {
+		b.WriteString("| seed | requests | prefix families | mean prompt tokens | mean answer tokens | reusable share (bound) | rate /s |\n|---|---|---|---|---|---|---|\n")
+		for _, s := range r.Samples {
+			st := s.Stats
+			fmt.Fprintf(&b, "| %d | %d | %d | %.0f | %.1f | %.3f | %.2f |\n", s.Seed, st.Requests, st.Families, st.MeanInputTokens, st.MeanOutputTokens, st.Bound, s.Rate)
+		}
+		b.WriteString("\nPrompt tokens are the trace generator's; the server's are the calibration's ratio times these. The bound is the share of prompt tokens in blocks an earlier request of the sample held: what one unbounded cache shared by both servers would serve.\n\n")
+	}
 	b.WriteString("Incomplete requests are answers the random-weight model's output broke (llama.cpp's 500 when the output does not parse in the template's format) or that ended without usage; the TTFTs are of the requests that got a first token.\n\n")
-	b.WriteString("| seed | policy | TTFT p50 ms | TTFT p99 ms | cached token rate | complete |\n|---|---|---|---|---|---|\n")
+	bound := map[uint64]float64{}
+	for _, s := range r.Samples {
+		bound[s.Seed] = s.Stats.Bound
+	}
+	b.WriteString("| seed | policy | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | cached token rate | of the bound | max/min load | complete |\n|---|---|---|---|---|---|---|---|---|\n")
 	by := map[string]map[uint64]client.Summary{}
 	for _, run := range r.Runs {
 		s := run.Summary
-		fmt.Fprintf(&b, "| %d | %s | %.0f | %.0f | %.3f | %d/%d |\n", run.Seed, run.Policy, s.TTFTP50, s.TTFTP99, s.CachedTokenRate, s.Completed, s.Requests)
+		of := "-"
+		if bd := bound[run.Seed]; bd > 0 {
+			of = fmt.Sprintf("%.2f", s.CachedTokenRate/bd)
+		}
+		fmt.Fprintf(&b, "| %d | %s | %.0f | %.0f | %.0f | %.3f | %s | %s | %d/%d |\n", run.Seed, run.Policy, s.TTFTP50, s.TTFTP90, s.TTFTP99, s.CachedTokenRate, of, loadSpread(s.PerReplica), s.Completed, s.Requests)
 		if by[run.Policy] == nil {
 			by[run.Policy] = map[uint64]client.Summary{}
 		}
@@ -262,4 +359,23 @@ func markdown(r Record) string {
 		fmt.Fprintf(&b, "| %d | %.2f | %.2f | %v |\n", seed, p50, p99, p50 <= 0.5 && p99 <= 1.1)
 	}
 	return b.String()
+}
+
+// loadSpread is the most requests one replica served over the fewest, of
+// two replicas ("-" when one served none).
+func loadSpread(per map[string]int) string {
+	if len(per) < 2 {
+		return "-"
+	}
+	lo, hi := -1, 0
+	for _, n := range per {
+		if lo < 0 || n < lo {
+			lo = n
+		}
+		hi = max(hi, n)
+	}
+	if lo <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", float64(hi)/float64(lo))
 }

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmroute/caddy-llmroute/lab/experiments/trace"
+	"github.com/llmroute/caddy-llmroute/lab/realengine/client"
+)
+
+// tiny is a trace of three prefix families: 1 (three turns, each
+// extending the last), 5 (one request) and 7 (two).
+const tiny = `{"timestamp": 0, "input_length": 600, "output_length": 64, "hash_ids": [1, 2]}
+{"timestamp": 1000, "input_length": 900, "output_length": 32, "hash_ids": [5, 6]}
+{"timestamp": 2000, "input_length": 1100, "output_length": 16, "hash_ids": [1, 2, 3]}
+{"timestamp": 3000, "input_length": 300, "output_length": 8, "hash_ids": [7]}
+{"timestamp": 4000, "input_length": 1500, "output_length": 48, "hash_ids": [1, 2, 3]}
+{"timestamp": 8000, "input_length": 700, "output_length": 8, "hash_ids": [7, 8]}
+`
+
+// TestTracePlan: the plan holds the sample's requests in order, each
+// family's turns sharing their text's prefix, answers scaled with the
+// prompts, and arrivals compressed to Util of the two servers' cold
+// capacity as the calibration measured it.
+func TestTracePlan(t *testing.T) {
+	recs, err := trace.Read(strings.NewReader(tiny))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cal := Calibration{PrefillMsPerToken: 0.5, DecodeMsPerToken: 4}
+	c := config{BlockTokens: 32, Requests: 6, Util: 0.5}
+	plan, smp, err := tracePlan(c, recs, 1, cal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) != 6 || smp.Stats.Requests != 6 || smp.Stats.Families != 3 {
+		t.Fatalf("%d requests, sample %+v", len(plan), smp.Stats)
+	}
+	for i, r := range plan {
+		if r.Index != i || r.Prev != -1 || r.System != "" || r.User == "" {
+			t.Fatalf("request %d: %+v", i, r)
+		}
+		if i > 0 && r.At < plan[i-1].At {
+			t.Fatalf("request %d arrives before %d", i, i-1)
+		}
+	}
+	if !strings.HasPrefix(plan[2].User, plan[0].User) || !strings.HasPrefix(plan[4].User, plan[2].User) || strings.HasPrefix(plan[1].User, plan[0].User[:20]) {
+		t.Error("family 1's turns do not extend each other, or family 5 shares their text")
+	}
+	// 64 trace tokens at 32 a block: 4; 8 scale to 1.
+	if plan[0].MaxTokens != 4 || plan[3].MaxTokens != 1 {
+		t.Errorf("answer lengths %d, %d, want 4, 1", plan[0].MaxTokens, plan[3].MaxTokens)
+	}
+	w, err := trace.Workload(recs, trace.Options{BlockTokens: 32, Sample: 6, Seed: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := c.Util * 2 / cal.coldSeconds(w.MeanPromptTokens, w.MeanOutputTokens)
+	if math.Abs(smp.Rate-want) > 1e-9*want || w.MeanPromptTokens < smp.Stats.MeanInputTokens {
+		t.Errorf("rate %.3f/s, want %.3f (prompts of %.0f tokens)", smp.Rate, want, w.MeanPromptTokens)
+	}
+	// Six requests over the trace's 8 s, at its own 0.75/s; compressed,
+	// the last comes 6/Rate after the first.
+	if want := time.Duration(6 / smp.Rate * float64(time.Second)); plan[5].At < want-time.Millisecond || plan[5].At > want+time.Millisecond {
+		t.Errorf("last arrival %v, want %v", plan[5].At, want)
+	}
+}
+
+// TestLoadSpread: most over fewest of the replicas that served, "-" when
+// one of two served nothing or there is one.
+func TestLoadSpread(t *testing.T) {
+	for _, tc := range []struct {
+		per  map[string]int
+		want string
+	}{
+		{map[string]int{"a": 30, "b": 10}, "3.00"},
+		{map[string]int{"a": 10, "b": 10}, "1.00"},
+		{map[string]int{"a": 10}, "-"},
+		{map[string]int{"a": 10, "b": 0}, "-"},
+	} {
+		if got := loadSpread(tc.per); got != tc.want {
+			t.Errorf("%v: %s, want %s", tc.per, got, tc.want)
+		}
+	}
+}
+
+// TestMarkdownGoal: the goal table checks prefix_load against least_load
+// per seed, and the hit rate is read against the sample's bound.
+func TestMarkdownGoal(t *testing.T) {
+	r := Record{Workload: "trace", Samples: []Sample{{Seed: 1, Stats: trace.Stats{Requests: 200, Bound: 0.5}}}, Runs: []Run{
+		{Policy: "prefix_load", Seed: 1, Summary: client.Summary{TTFTP50: 40, TTFTP99: 1000, CachedTokenRate: 0.45}},
+		{Policy: "least_load", Seed: 1, Summary: client.Summary{TTFTP50: 100, TTFTP99: 1000, CachedTokenRate: 0.3}},
+	}}
+	md := markdown(r)
+	for _, want := range []string{"| 1 | 0.40 | 1.00 | true |", "| 0.450 | 0.90 |", "| 0.300 | 0.60 |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
