@@ -2,21 +2,17 @@ package main
 
 import (
 	"fmt"
-	"image/color"
 	"os"
 	"path/filepath"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/llmroute/caddy-llmroute/lab/realengine/plots"
 )
 
-var palette = []color.Color{
-	color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
-	color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
-	color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
-	color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
-}
+var palette = plots.Palette
 
 // plotAll writes the plots: per engine, TTFT p50/p99 per policy for each
 // workload, cached_token_rate per policy and workload, and the TTFT
@@ -143,35 +139,11 @@ func bars(path, title, ylabel string, cats, series []string, vals []plotter.Valu
 }
 
 func cdf(path, title string, pols []string, res map[string]*PolicyResult) error {
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = "TTFT (ms, log scale)"
-	p.Y.Label.Text = "fraction of requests"
-	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Y.Min, p.Y.Max = 0, 1
-	for i, pol := range pols {
-		r := res[pol]
-		if r == nil || len(r.TTFTsMs) == 0 {
-			continue
+	sorted := map[string][]float64{}
+	for _, pol := range pols {
+		if r := res[pol]; r != nil {
+			sorted[pol] = r.TTFTsMs
 		}
-		pts := make(plotter.XYs, 0, len(r.TTFTsMs))
-		for j, t := range r.TTFTsMs {
-			pts = append(pts, plotter.XY{X: max(t, 1), Y: float64(j+1) / float64(len(r.TTFTsMs))})
-		}
-		l, err := plotter.NewLine(pts)
-		if err != nil {
-			return err
-		}
-		l.Color = palette[i%len(palette)]
-		l.Width = vg.Points(1.5)
-		l.StepStyle = plotter.PostStep
-		p.Add(l)
-		p.Legend.Add(pol, l)
 	}
-	// The upper left of a CDF is empty: the curves reach 1 on the right.
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Legend.XOffs = vg.Points(8)
-	p.Legend.YOffs = -vg.Points(4)
-	return p.Save(7*vg.Inch, 4*vg.Inch, path)
+	return plots.TTFTCDF(path, title, pols, sorted)
 }

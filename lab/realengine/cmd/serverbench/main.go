@@ -39,6 +39,7 @@ import (
 	"github.com/llmroute/caddy-llmroute/internal/testrig/proc"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/trace"
 	"github.com/llmroute/caddy-llmroute/lab/realengine/client"
+	"github.com/llmroute/caddy-llmroute/lab/realengine/plots"
 )
 
 type config struct {
@@ -59,6 +60,9 @@ type Run struct {
 	Policy  string         `json:"policy"`
 	Seed    uint64         `json:"seed"`
 	Summary client.Summary `json:"summary"`
+	// TTFTsMs holds the TTFT of every request that got a first token,
+	// sorted, for the distribution plots.
+	TTFTsMs []float64 `json:"ttfts_ms_sorted,omitempty"`
 }
 
 // Sample is the trace a seed replays: what it holds (at the replay's
@@ -186,11 +190,12 @@ func run(c config) error {
 			plan = p
 		}
 		for _, pol := range c.Policies {
-			s, err := runOne(ctx, c, pol, seed, plan)
+			res, err := runOne(ctx, c, pol, seed, plan)
 			if err != nil {
 				return fmt.Errorf("%s seed %d: %w", pol, seed, err)
 			}
-			rec.Runs = append(rec.Runs, Run{Policy: pol, Seed: seed, Summary: s})
+			s := client.Summarize(res)
+			rec.Runs = append(rec.Runs, Run{Policy: pol, Seed: seed, Summary: s, TTFTsMs: sortedTTFTs(res)})
 			fmt.Fprintf(os.Stderr, "seed %d %-12s ttft p50 %7.0f p99 %7.0f ms, cached %.3f, %d/%d complete\n",
 				seed, pol, s.TTFTP50, s.TTFTP99, s.CachedTokenRate, s.Completed, s.Requests)
 		}
@@ -199,7 +204,45 @@ func run(c config) error {
 	if err := os.WriteFile(filepath.Join(c.Out, "realserver.json"), append(b, '\n'), 0o644); err != nil {
 		return err
 	}
+	if err := plotSeeds(rec, c.Out); err != nil {
+		return err
+	}
 	return os.WriteFile(filepath.Join(c.Out, "realserver.md"), []byte(markdown(rec)), 0o644)
+}
+
+// sortedTTFTs is the TTFTs of the results that got a first token, sorted.
+func sortedTTFTs(res []client.Result) []float64 {
+	var out []float64
+	for _, r := range res {
+		if r.TTFTMs >= 0 {
+			out = append(out, r.TTFTMs)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// plotSeeds draws each seed's TTFT distribution per policy
+// (ttft_cdf_seed<N>.png).
+func plotSeeds(r Record, dir string) error {
+	by := map[uint64]map[string][]float64{}
+	var pols []string
+	for _, run := range r.Runs {
+		if by[run.Seed] == nil {
+			by[run.Seed] = map[string][]float64{}
+		}
+		by[run.Seed][run.Policy] = run.TTFTsMs
+		if !slices.Contains(pols, run.Policy) {
+			pols = append(pols, run.Policy)
+		}
+	}
+	for _, seed := range slices.Sorted(maps.Keys(by)) {
+		title := fmt.Sprintf("TTFT on two llama-server replicas, %s, seed %d", r.Workload, seed)
+		if err := plots.TTFTCDF(filepath.Join(dir, fmt.Sprintf("ttft_cdf_seed%d.png", seed)), title, pols, by[seed]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func lastLine(s string) string {
@@ -232,8 +275,8 @@ func startServer(ctx context.Context, c config, logName string) (*proc.Proc, str
 }
 
 // runOne starts two fresh servers and caddy with pol, replays plan and
-// returns its summary.
-func runOne(ctx context.Context, c config, pol string, seed uint64, plan []client.Request) (client.Summary, error) {
+// returns what each request saw.
+func runOne(ctx context.Context, c config, pol string, seed uint64, plan []client.Request) ([]client.Result, error) {
 	var addrs []string
 	var procs []*proc.Proc
 	defer func() {
@@ -244,18 +287,18 @@ func runOne(ctx context.Context, c config, pol string, seed uint64, plan []clien
 	for i := range 2 {
 		p, addr, err := startServer(ctx, c, fmt.Sprintf("server-%s-%s-%d-%d.log", c.Workload, pol, seed, i))
 		if err != nil {
-			return client.Summary{}, err
+			return nil, err
 		}
 		procs = append(procs, p)
 		addrs = append(addrs, addr)
 	}
 	admin, err := netx.FreePort()
 	if err != nil {
-		return client.Summary{}, err
+		return nil, err
 	}
 	listen, err := netx.FreePort()
 	if err != nil {
-		return client.Summary{}, err
+		return nil, err
 	}
 	hold := ""
 	if c.SlotHold > 0 {
@@ -289,18 +332,17 @@ http://127.0.0.1:%d {
 `, admin, listen, key, strings.Join(addrs, " "), pol, c.Slots, hold, key)
 	dir, err := os.MkdirTemp("", "serverbench-")
 	if err != nil {
-		return client.Summary{}, err
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	cd, err := caddyproc.StartCaddy(ctx, c.Caddy, dir, cf, fmt.Sprintf("127.0.0.1:%d", admin), fmt.Sprintf("127.0.0.1:%d", listen))
 	if err != nil {
-		return client.Summary{}, err
+		return nil, err
 	}
 	defer cd.Stop()
 	cl := &client.Client{URL: fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", listen), Model: "tiny", MaxTokens: c.MaxTokens, ReplicaHeader: "X-LLMRoute-Replica",
 		HTTP: &http.Client{Timeout: 10 * time.Minute}}
-	res := cl.Run(ctx, plan, 20*time.Minute)
-	return client.Summarize(res), nil
+	return cl.Run(ctx, plan, 20*time.Minute), nil
 }
 
 func waitHealth(ctx context.Context, addr string, within time.Duration) error {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -97,6 +99,28 @@ func TestMarkdownGoal(t *testing.T) {
 	for _, want := range []string{"| 1 | 0.40 | 1.00 | true |", "| 0.450 | 0.90 |", "| 0.300 | 0.60 |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// TestPlotSeeds: the TTFTs kept are those of requests that got a first
+// token, sorted, and each seed gets its distribution plot.
+func TestPlotSeeds(t *testing.T) {
+	ts := sortedTTFTs([]client.Result{{TTFTMs: 30}, {TTFTMs: -1}, {TTFTMs: 10}, {TTFTMs: 20}})
+	if len(ts) != 3 || ts[0] != 10 || ts[2] != 30 {
+		t.Fatalf("ttfts %v", ts)
+	}
+	dir := t.TempDir()
+	r := Record{Workload: "trace", Runs: []Run{
+		{Policy: "prefix_load", Seed: 1, TTFTsMs: ts}, {Policy: "least_load", Seed: 1, TTFTsMs: []float64{40, 50}},
+		{Policy: "prefix_load", Seed: 2, TTFTsMs: ts},
+	}}
+	if err := plotSeeds(r, dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"ttft_cdf_seed1.png", "ttft_cdf_seed2.png"} {
+		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Size() < 1000 {
+			t.Errorf("%s: %v", name, err)
 		}
 	}
 }
