@@ -1,7 +1,6 @@
 package trace
 
 import (
-	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -285,10 +284,10 @@ func TestRequestsYieldsInOrderAndStops(t *testing.T) {
 	}
 }
 
-// TestGivenTrace reads the shared trace when it is there and checks its
-// README's figures: 3,993 requests, 65.1% reusable.
-func TestGivenTrace(t *testing.T) {
-	// The trace lives beside the checkout (lab/ -> ../../shared/traces).
+// givenTrace reads the shared trace, which lives beside the checkout
+// (lab/ -> ../../shared/traces), or skips the test when it is not there.
+func givenTrace(t *testing.T) []Record {
+	t.Helper()
 	path := "../../../../shared/traces/mooncake_synthetic_trace.jsonl"
 	if _, err := os.Stat(path); err != nil {
 		t.Skip("trace not present")
@@ -297,7 +296,13 @@ func TestGivenTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := Describe(recs, Options{})
+	return recs
+}
+
+// TestGivenTrace reads the shared trace when it is there and checks its
+// README's figures: 3,993 requests, 65.1% reusable.
+func TestGivenTrace(t *testing.T) {
+	st := Describe(givenTrace(t), Options{})
 	if st.Requests != 3993 || st.Bound < 0.6505 || st.Bound > 0.6515 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -376,16 +381,9 @@ func TestSampleKeepsWholeFamilies(t *testing.T) {
 		t.Errorf("a sample of all: %d requests", n)
 	}
 
-	path := "../../../../shared/traces/mooncake_synthetic_trace.jsonl"
-	if _, err := os.Stat(path); err != nil {
-		t.Skip("trace not present")
-	}
-	all, err := Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	all := givenTrace(t)
 	start := Describe(all, Options{Requests: 200})
-	firsts := map[string]bool{}
+	firsts := map[int64]bool{}
 	for seed := range uint64(3) {
 		o := Options{Sample: 200, Seed: seed + 1}
 		st := Describe(all, o)
@@ -396,7 +394,7 @@ func TestSampleKeepsWholeFamilies(t *testing.T) {
 		if st.Bound < 0.4 || st.Bound < 4*start.Bound {
 			t.Errorf("seed %d: bound %.3f (the start's %.3f)", seed+1, st.Bound, start.Bound)
 		}
-		firsts[string(fmt.Append(nil, o.window(all)[0].HashIDs[0]))] = true
+		firsts[o.window(all)[0].HashIDs[0]] = true
 	}
 	if len(firsts) < 2 {
 		t.Error("every seed drew the same first family")
