@@ -12,8 +12,6 @@ import (
 	"github.com/llmroute/caddy-llmroute/lab/realengine/plots"
 )
 
-var palette = plots.Palette
-
 // plotAll writes the plots: per engine, TTFT p50/p99 per policy for each
 // workload, cached_token_rate per policy and workload, and the TTFT
 // distribution of shared_prefix; across engines, the router's precision and
@@ -125,7 +123,7 @@ func bars(path, title, ylabel string, cats, series []string, vals []plotter.Valu
 			return err
 		}
 		b.LineStyle.Width = 0
-		b.Color = palette[i%len(palette)]
+		b.Color = plots.Palette[i%len(plots.Palette)]
 		b.Offset = w * vg.Length(float64(i)-float64(len(vals)-1)/2)
 		p.Add(b)
 		p.Legend.Add(series[i], b)

@@ -50,7 +50,6 @@ type config struct {
 	Requests, Groups, Slots, Ctx    int
 	SystemChars, MaxTokens          int
 	Threads, BlockTokens            int
-	CacheRAM                        int
 	Rate, Util                      float64
 	SlotHold                        time.Duration
 }
@@ -98,7 +97,6 @@ func main() {
 	flag.StringVar(&c.Trace, "trace", "../../shared/traces/mooncake_synthetic_trace.jsonl", "trace: the Mooncake-format trace")
 	flag.IntVar(&c.BlockTokens, "block-tokens", 32, "trace: tokens of one 512-token trace block (prompts and answers scaled by it/512)")
 	flag.Float64Var(&c.Util, "util", 0.7, "trace: arrivals as a share of the two servers' measured cold capacity")
-	flag.IntVar(&c.CacheRAM, "cache-ram", -2, "llama-server --cache-ram: its host-memory prompt cache in MiB (0: none; default: the server's own, 8192)")
 	flag.IntVar(&c.Ctx, "ctx", 0, "context per slot in tokens (default 4096; trace 16384, which its longest prompts need)")
 	flag.StringVar(&pols, "policies", "prefix_load,least_load,round_robin", "strategies")
 	flag.StringVar(&seeds, "seeds", "1,2,3", "workload seeds")
@@ -146,9 +144,6 @@ func run(c config) error {
 	ver, _ := exec.Command(c.Server, "--version").CombinedOutput()
 	rec := Record{Experiment: "realserver", Workload: c.Workload, Server: strings.TrimSpace(lastLine(string(ver)))}
 	servers := fmt.Sprintf("two llama-server replicas, -np %d, -c %d a slot, -t %d, random-weight Qwen3-tokenizer GGUF", c.Slots, c.Ctx, c.Threads)
-	if c.CacheRAM != -2 {
-		servers += fmt.Sprintf(", --cache-ram %d", c.CacheRAM)
-	}
 	var recs []trace.Record
 	ctx := context.Background()
 	if c.Workload == "trace" {
@@ -259,9 +254,6 @@ func startServer(ctx context.Context, c config, logName string) (*proc.Proc, str
 	cmd := exec.Command(c.Server, "-m", c.Model, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--metrics", "--api-key", key, "-np", strconv.Itoa(c.Slots), "-c", strconv.Itoa(c.Slots*c.Ctx),
 		"-t", strconv.Itoa(c.Threads), "--jinja", "--cache-reuse", "256")
-	if c.CacheRAM != -2 {
-		cmd.Args = append(cmd.Args, "--cache-ram", strconv.Itoa(c.CacheRAM))
-	}
 	p, err := proc.Start(cmd, filepath.Join(c.Logs, logName))
 	if err != nil {
 		return nil, "", err

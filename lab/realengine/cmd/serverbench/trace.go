@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"slices"
@@ -66,7 +67,7 @@ func calibrate(ctx context.Context, c config, recs []trace.Record) (Calibration,
 	}
 	mean := w.MeanPromptTokens
 	slices.SortFunc(cands, func(a, b cand) int {
-		return cmp.Compare(abs(float64(a.tokens)-mean), abs(float64(b.tokens)-mean))
+		return cmp.Compare(math.Abs(float64(a.tokens)-mean), math.Abs(float64(b.tokens)-mean))
 	})
 	if len(cands) < calibrationPrompts {
 		return Calibration{}, fmt.Errorf("the sample has %d prefix families, want %d", len(cands), calibrationPrompts)
@@ -97,8 +98,6 @@ func calibrate(ctx context.Context, c config, recs []trace.Record) (Calibration,
 	}
 	return Calibration{Prompts: calibrationPrompts, EngineTokensPerToken: eng / gen, PrefillMsPerToken: preMs / gen, DecodeMsPerToken: decMs / float64(decN)}, nil
 }
-
-func abs(x float64) float64 { return max(x, -x) }
 
 // timings is llama-server's own account of one completion.
 type timings struct {
