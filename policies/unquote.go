@@ -111,12 +111,15 @@ func (c *sink) writeBodyText(text string, lit []byte, plain bool) {
 // writeText renders text (decoded) escaped as in a JSON string
 // (jsonscan.AppendEscaped), so that it renders as a plain literal of it
 // does: the general path's decoded strings and an answer's text go this
-// way. The rendering's length counts the escapes.
+// way. The rendering's length counts the escapes. The run before the
+// first byte that needs escaping is written as it is, without a copy.
 func (c *sink) writeText(s string) {
-	if jsonscan.Escaped(s) {
-		c.WriteString(s)
+	k := jsonscan.EscapedPrefix(s)
+	c.WriteString(s[:k])
+	if k == len(s) {
 		return
 	}
+	s = s[k:]
 	var esc [6 * 512]byte
 	for len(s) > 0 {
 		k := min(len(s), 512)

@@ -30,9 +30,9 @@ func AppendEscaped(dst []byte, s string) []byte {
 	return dst
 }
 
-// Escaped reports whether s needs no escaping: AppendEscaped would append
-// it as it is.
-func Escaped(s string) bool { return firstEscaped(s) == len(s) }
+// EscapedPrefix is the length of the longest prefix of s that needs no
+// escaping: AppendEscaped appends it as it is (all of s: none needs any).
+func EscapedPrefix(s string) int { return firstEscaped(s) }
 
 // firstEscaped is the index of the first byte of s that AppendEscaped
 // escapes, len(s) when there is none: eight bytes at a time (prose runs

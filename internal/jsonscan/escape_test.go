@@ -62,8 +62,10 @@ func TestAppendEscaped(t *testing.T) {
 		if got := string(AppendEscaped(nil, c.in)); got != c.want {
 			t.Errorf("AppendEscaped(%q) = %q, want %q", c.in, got, c.want)
 		}
-		if Escaped(c.in) != (c.in == c.want) {
-			t.Errorf("Escaped(%q) = %v", c.in, !(c.in == c.want))
+		k := EscapedPrefix(c.in)
+		if (k == len(c.in)) != (c.in == c.want) || string(AppendEscaped(nil, c.in[:k])) != c.in[:k] ||
+			(k < len(c.in) && string(AppendEscaped(nil, c.in[k:k+1])) == c.in[k:k+1]) {
+			t.Errorf("EscapedPrefix(%q) = %d", c.in, k)
 		}
 	}
 	r := rand.New(rand.NewPCG(5, 6))
