@@ -37,6 +37,27 @@ func masksSSE2(p *byte, n int, m *chunkMasks)
 //go:noescape
 func masksAVX2(p *byte, n int, m *chunkMasks)
 
+// escapeOrCtl is the index of b's first backslash or control byte, or
+// len(b): with AVX2, 64 bytes a step, where the eight-byte words of
+// escapeOrCtlGo cost several times as much over a long plain run (prose,
+// a tool's long description).
+func escapeOrCtl(b []byte) int {
+	if !hasAVX2 || len(b) < 32 {
+		return escapeOrCtlGo(b, 0)
+	}
+	m := len(b) &^ 31
+	if k := escapeOrCtlAVX2(unsafe.SliceData(b), m); k < m {
+		return k
+	}
+	return escapeOrCtlGo(b, m)
+}
+
+// escapeOrCtlAVX2 is escapeOrCtl of p[:n], n a multiple of 32: the index
+// of the first backslash or control byte, or n.
+//
+//go:noescape
+func escapeOrCtlAVX2(p *byte, n int) int
+
 // backslashes64 is the mask of the backslashes of a (bit k for a[k]).
 //
 //go:noescape

@@ -135,3 +135,63 @@ TEXT ·backslashes64(SB), NOSPLIT, $0-16
 	BSLANE(48, 48)
 	MOVQ AX, ret+8(FP)
 	RET
+
+// SPECIAL32 sets in Y the bytes of the 32 at off(SI)(BX*1) that are a
+// backslash (Y5) or a control byte (at most Y7's 0x1f), through Y8.
+#define SPECIAL32(off, Y, YT) \
+	VMOVDQU off(SI)(BX*1), YT; \
+	VPCMPEQB Y5, YT, Y; \
+	VPMINUB Y7, YT, Y8; VPCMPEQB YT, Y8, Y8; \
+	VPOR Y8, Y, Y
+
+// func escapeOrCtlAVX2(p *byte, n int) int
+TEXT ·escapeOrCtlAVX2(SB), NOSPLIT, $0-24
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	YBCAST(0x5c5c5c5c5c5c5c5c, X5, Y5) // '\\'
+	YBCAST(0x1f1f1f1f1f1f1f1f, X7, Y7) // the last control byte
+	XORQ BX, BX
+
+eloop:
+	MOVQ CX, DX
+	SUBQ BX, DX
+	CMPQ DX, $64
+	JB   etail
+	SPECIAL32(0, Y1, Y0)
+	SPECIAL32(32, Y2, Y3)
+	VPOR  Y1, Y2, Y4
+	VPTEST Y4, Y4
+	JNZ  efound64
+	ADDQ $64, BX
+	JMP  eloop
+
+efound64:
+	VPMOVMSKB Y1, AX
+	VPMOVMSKB Y2, DX
+	SHLQ $32, DX
+	ORQ  DX, AX
+	BSFQ AX, AX
+	ADDQ BX, AX
+	JMP  eret
+
+etail:
+	CMPQ DX, $32
+	JB   enone
+	SPECIAL32(0, Y1, Y0)
+	VPMOVMSKB Y1, AX
+	TESTQ AX, AX
+	JNZ  efound32
+	ADDQ $32, BX
+
+enone:
+	MOVQ BX, AX
+
+eret:
+	VZEROUPPER
+	MOVQ AX, ret+16(FP)
+	RET
+
+efound32:
+	BSFQ AX, AX
+	ADDQ BX, AX
+	JMP  eret

@@ -24,3 +24,7 @@ func backslashes64(a *[64]byte) uint64 {
 	}
 	return m
 }
+
+// escapeOrCtl is the index of b's first backslash or control byte, or
+// len(b).
+func escapeOrCtl(b []byte) int { return escapeOrCtlGo(b, 0) }

@@ -241,34 +241,25 @@ const (
 	hi = 0x8080808080808080
 )
 
-// hasCtl reports whether b holds a control byte (below 0x20, invalid in a
-// JSON string), 32 bytes a step: a byte below 0x20 is one whose top bit
-// w-0x20 sets and w lacks.
-func hasCtl(b []byte) bool {
-	const c = 0x20 * lo
-	for len(b) >= 32 {
-		w0 := binary.LittleEndian.Uint64(b)
-		w1 := binary.LittleEndian.Uint64(b[8:])
-		w2 := binary.LittleEndian.Uint64(b[16:])
-		w3 := binary.LittleEndian.Uint64(b[24:])
-		if ((w0-c)&^w0|(w1-c)&^w1|(w2-c)&^w2|(w3-c)&^w3)&hi != 0 {
-			return true
-		}
-		b = b[32:]
-	}
-	for len(b) >= 8 {
-		w := binary.LittleEndian.Uint64(b)
-		if (w-c)&^w&hi != 0 {
-			return true
-		}
-		b = b[8:]
-	}
-	for _, x := range b {
-		if x < 0x20 {
-			return true
+// escapeOrCtlGo is the index of b's first backslash or control byte
+// (below 0x20, invalid in a JSON string), or len(b), eight bytes a step
+// from b[from] on: in each word's mask the lowest set bit is exact (a
+// borrow only reaches the bytes above it).
+func escapeOrCtlGo(b []byte, from int) int {
+	i := from
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		bs := w ^ (lo * '\\')
+		if m := ((bs-lo)&^bs | (w-0x20*lo)&^w) & hi; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
 		}
 	}
-	return false
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '\\' || c < 0x20 {
+			return i
+		}
+	}
+	return len(b)
 }
 
 func isHex(c byte) bool { return c-'0' < 10 || (c|0x20)-'a' < 6 }
@@ -415,15 +406,14 @@ func StringEndPlain(b []byte, i int) (end, n int, plain, ok bool) {
 				}
 				q = j + n
 			}
+			// One pass over the run up to the quote finds its first
+			// backslash or control byte (most often neither).
 			seg := b[j:q]
-			n := bytes.IndexByte(seg, '\\')
-			if n < 0 {
-				if hasCtl(seg) {
-					return 0, 0, false, false
-				}
+			n := escapeOrCtl(seg)
+			if n == len(seg) {
 				return q + 1, q - i - 1 - shrink, !slow, true
 			}
-			if hasCtl(seg[:n]) {
+			if seg[n] != '\\' {
 				return 0, 0, false, false
 			}
 			k = j + n

@@ -187,36 +187,56 @@ func TestStringEnd(t *testing.T) {
 	t.Logf("%d accepted, %d with escapes (%d with \\u escapes whose decoded length matched encoding/json's), %d with a run past the word scan", accepted, escaped, counted, long)
 }
 
-// TestHasCtl proves the 32-bytes-a-step search finds a control byte
-// wherever it is (in a step, in the word tail, in the byte tail), and takes
-// no other byte for one: every length to seven steps, each position, the
-// bytes around 0x20 and 0x80.
-func TestHasCtl(t *testing.T) {
-	found := 0
-	for n := range 224 {
-		b := bytes.Repeat([]byte{'a'}, n)
-		if hasCtl(b) {
-			t.Fatalf("hasCtl of %d plain bytes", n)
-		}
-		for i := range n {
-			for _, c := range []byte{0x00, 0x01, 0x0a, 0x1f} {
-				b[i] = c
-				if !hasCtl(b) {
-					t.Fatalf("hasCtl missed %#x at %d of %d", c, i, n)
-				}
-				found++
-			}
-			for _, c := range []byte{0x20, 0x21, 0x7f, 0x80, 0x9f, 0xa0, 0xff} {
-				b[i] = c
-				if hasCtl(b) {
-					t.Fatalf("hasCtl took %#x at %d of %d for a control byte", c, i, n)
-				}
-			}
-			b[i] = 'a'
-		}
+// TestEscapeOrCtl proves the search for a string run's first backslash or
+// control byte finds it wherever it is (in a 64-byte step, in the 32-byte
+// tail, in the word and byte tails), from any alignment, takes the first
+// of two, and takes no other byte for one (the bytes around 0x20, 0x5c and
+// 0x80, and the quote): every length to seven steps, each position, both
+// the dispatching search (AVX2 where the CPU has it) and the words one.
+func TestEscapeOrCtl(t *testing.T) {
+	variants := map[string]func([]byte) int{
+		"dispatch": escapeOrCtl,
+		"words":    func(b []byte) int { return escapeOrCtlGo(b, 0) },
 	}
-	if found != 4*223*224/2 {
-		t.Fatalf("%d control bytes tried", found)
+	special := []byte{0x00, 0x01, 0x0a, 0x1f, '\\'}
+	other := []byte{0x20, 0x21, '"', 0x5b, 0x5d, 0x7f, 0x80, 0x9f, 0xa0, 0xdc, 0xff}
+	for name, find := range variants {
+		found := 0
+		for _, off := range []int{0, 1, 7} {
+			for n := range 224 {
+				buf := bytes.Repeat([]byte{'a'}, off+n)
+				b := buf[off:]
+				if got := find(b); got != n {
+					t.Fatalf("%s: %d of %d plain bytes", name, got, n)
+				}
+				for i := range n {
+					for _, c := range special {
+						b[i] = c
+						if got := find(b); got != i {
+							t.Fatalf("%s: %#x at %d of %d (offset %d) found at %d", name, c, i, n, off, got)
+						}
+						if j := n - 1; j > i {
+							b[j] = '\\'
+							if got := find(b); got != i {
+								t.Fatalf("%s: %#x at %d, %#x at %d of %d found at %d", name, c, i, '\\', j, n, got)
+							}
+							b[j] = 'a'
+						}
+						found++
+					}
+					for _, c := range other {
+						b[i] = c
+						if got := find(b); got != n {
+							t.Fatalf("%s: took %#x at %d of %d for a special byte (%d)", name, c, i, n, got)
+						}
+					}
+					b[i] = 'a'
+				}
+			}
+		}
+		if found != 3*len(special)*223*224/2 {
+			t.Fatalf("%s: %d special bytes tried", name, found)
+		}
 	}
 }
 
