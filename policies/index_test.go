@@ -367,4 +367,38 @@ func BenchmarkIndexPlace(b *testing.B) {
 			}
 		}
 	})
+	// The proxy bench's 64 KiB prompts on 4 replicas: 8 tenants' 32 KiB
+	// system prompts (the 256 dense blocks), then 32 KiB of each request's
+	// own (96 sparse blocks weighing 256), placed in turn on 4 full
+	// indexes at DefaultIndexCapacity: every placement evicts as much as
+	// it adds, from tables that no longer fit a core's cache.
+	b.Run("fresh=96/replicas=4", func(b *testing.B) {
+		ixs := make([]*Index, 4)
+		for i := range ixs {
+			ixs[i] = NewIndex(DefaultIndexCapacity)
+		}
+		chain := make([]uint64, 352)
+		n := uint64(0)
+		place := func(r int) int {
+			for j := range chain {
+				if j < 256 {
+					chain[j] = mix64(uint64(r%8)<<32 | uint64(j))
+				} else {
+					n++
+					chain[j] = mix64(n<<16 | uint64(j))
+				}
+			}
+			return ixs[r%len(ixs)].MatchInsert(chain)
+		}
+		for r := range 4 * DefaultIndexCapacity / 256 {
+			place(r)
+		}
+		r := 0
+		for b.Loop() {
+			if place(r) > 256 {
+				b.Fatal("fresh blocks matched")
+			}
+			r++
+		}
+	})
 }
