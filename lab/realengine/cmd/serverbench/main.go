@@ -52,6 +52,17 @@ type config struct {
 	Threads, BlockTokens            int
 	Rate, Util                      float64
 	SlotHold                        time.Duration
+	// CacheShare sizes each server's RAM prompt cache (--cache-ram) as a
+	// share of its half of the sample's working set; 0 leaves
+	// llama-server's default (8 GiB: the whole working set here).
+	// KVBytes is the model's KV cache bytes per engine token, which
+	// turns the working set into MiB.
+	CacheShare float64
+	KVBytes    int
+	// IndexBlocks is the policy's index_blocks (0: its default).
+	IndexBlocks int
+	// cacheMiB is --cache-ram for the seed being run (0: the default).
+	cacheMiB int
 }
 
 // Run is one strategy on one seed.
@@ -70,6 +81,9 @@ type Sample struct {
 	Seed  uint64      `json:"seed"`
 	Stats trace.Stats `json:"trace"`
 	Rate  float64     `json:"rate_per_s"`
+	// CacheRAMMiB is each server's --cache-ram for this seed (0: the
+	// server's default).
+	CacheRAMMiB int `json:"cache_ram_mib,omitempty"`
 }
 
 // Record is serverbench's output.
@@ -108,6 +122,9 @@ func main() {
 	flag.IntVar(&c.Threads, "threads", 1, "threads per server")
 	flag.Float64Var(&c.Rate, "rate", 4, "shared_prefix: Poisson arrivals per second")
 	flag.DurationVar(&c.SlotHold, "slot-hold", 2*time.Second, "slot_hold (0: off)")
+	flag.Float64Var(&c.CacheShare, "cache-share", 0, "trace: each server's RAM prompt cache (--cache-ram) as a share of its half of the sample's working set (0: llama-server's default, 8 GiB)")
+	flag.IntVar(&c.IndexBlocks, "index-blocks", 0, "the policy's index_blocks, its belief of each server's cache in 128-byte blocks (0: the default, 16384)")
+	flag.IntVar(&c.KVBytes, "kv-bytes", 4096, "trace: the model's KV cache bytes per token (ggufqwen3's defaults: 2 x 4 layers x 4 KV heads x 64 x 2 bytes)")
 	flag.Parse()
 	c.Policies = strings.Split(pols, ",")
 	switch c.Workload {
@@ -159,8 +176,8 @@ func run(c config) error {
 		rec.Calibration = &cal
 		fmt.Fprintf(os.Stderr, "calibration: prefill %.3f ms a token, decode %.2f ms a token\n", cal.PrefillMsPerToken, cal.DecodeMsPerToken)
 		rec.Setup = fmt.Sprintf("%s; %s sampled by whole prefix families (at least %d requests a seed), %d tokens per 512-token block (prompts and answers scaled by 1/%d), "+
-			"arrivals compressed to %.2f of the two servers' measured cold capacity; slot_hold %v",
-			servers, filepath.Base(c.Trace), c.Requests, c.BlockTokens, trace.TraceBlockTokens/c.BlockTokens, c.Util, c.SlotHold)
+			"arrivals compressed to %.2f of the two servers' measured cold capacity; slot_hold %v; index_blocks %s; %s",
+			servers, filepath.Base(c.Trace), c.Requests, c.BlockTokens, trace.TraceBlockTokens/c.BlockTokens, c.Util, c.SlotHold, indexSetup(c), cacheSetup(c))
 	} else {
 		rec.Setup = fmt.Sprintf("%s; %d requests per run over %d shared system prompts of %d chars, %d output tokens, Poisson %.1f/s; slot_hold %v",
 			servers, c.Requests, c.Groups, c.SystemChars, c.MaxTokens, c.Rate, c.SlotHold)
@@ -173,6 +190,10 @@ func run(c config) error {
 				return err
 			}
 			plan = p
+			if c.CacheShare > 0 {
+				c.cacheMiB = cacheMiB(c, smp, *rec.Calibration)
+				smp.CacheRAMMiB = c.cacheMiB
+			}
 			rec.Samples = append(rec.Samples, smp)
 			fmt.Fprintf(os.Stderr, "seed %d: %d requests, %.0f tokens a prompt, bound %.3f, %.2f/s\n",
 				seed, smp.Stats.Requests, smp.Stats.MeanInputTokens, smp.Stats.Bound, smp.Rate)
@@ -254,6 +275,9 @@ func startServer(ctx context.Context, c config, logName string) (*proc.Proc, str
 	cmd := exec.Command(c.Server, "-m", c.Model, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--metrics", "--api-key", key, "-np", strconv.Itoa(c.Slots), "-c", strconv.Itoa(c.Slots*c.Ctx),
 		"-t", strconv.Itoa(c.Threads), "--jinja", "--cache-reuse", "256")
+	if c.cacheMiB > 0 {
+		cmd.Args = append(cmd.Args, "--cache-ram", strconv.Itoa(c.cacheMiB))
+	}
 	p, err := proc.Start(cmd, filepath.Join(c.Logs, logName))
 	if err != nil {
 		return nil, "", err
@@ -295,6 +319,9 @@ func runOne(ctx context.Context, c config, pol string, seed uint64, plan []clien
 	hold := ""
 	if c.SlotHold > 0 {
 		hold = "\n\t\t\tslot_hold " + c.SlotHold.String()
+	}
+	if c.IndexBlocks > 0 {
+		hold += fmt.Sprintf("\n\t\t\tindex_blocks %d", c.IndexBlocks)
 	}
 	cf := fmt.Sprintf(`{
 	admin 127.0.0.1:%d
@@ -363,10 +390,14 @@ func markdown(r Record) string {
 			cal.Prompts, cal.EngineTokensPerToken, cal.PrefillMsPerToken, cal.DecodeMsPerToken)
 	}
 	if len(r.Samples) > 0 {
-		b.WriteString("| seed | requests | prefix families | mean prompt tokens | mean answer tokens | reusable share (bound) | rate /s |\n|---|---|---|---|---|---|---|\n")
+		b.WriteString("| seed | requests | prefix families | mean prompt tokens | mean answer tokens | reusable share (bound) | rate /s | --cache-ram MiB |\n|---|---|---|---|---|---|---|---|\n")
 		for _, s := range r.Samples {
 			st := s.Stats
-			fmt.Fprintf(&b, "| %d | %d | %d | %.0f | %.1f | %.3f | %.2f |\n", s.Seed, st.Requests, st.Families, st.MeanInputTokens, st.MeanOutputTokens, st.Bound, s.Rate)
+			ram := "default"
+			if s.CacheRAMMiB > 0 {
+				ram = strconv.Itoa(s.CacheRAMMiB)
+			}
+			fmt.Fprintf(&b, "| %d | %d | %d | %.0f | %.1f | %.3f | %.2f | %s |\n", s.Seed, st.Requests, st.Families, st.MeanInputTokens, st.MeanOutputTokens, st.Bound, s.Rate, ram)
 		}
 		b.WriteString("\nPrompt tokens are the trace generator's; the server's are the calibration's ratio times these. The bound is the share of prompt tokens in blocks an earlier request of the sample held: what one unbounded cache shared by both servers would serve.\n\n")
 	}
@@ -420,4 +451,12 @@ func loadSpread(per map[string]int) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", float64(hi)/float64(lo))
+}
+
+// indexSetup is the policy's index_blocks as the setup line says it.
+func indexSetup(c config) string {
+	if c.IndexBlocks <= 0 {
+		return "default"
+	}
+	return strconv.Itoa(c.IndexBlocks)
 }

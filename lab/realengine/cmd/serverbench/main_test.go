@@ -124,3 +124,25 @@ func TestPlotSeeds(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheMiB: the RAM prompt cache is the share of a server's half of
+// the working set, in engine tokens at the calibration's ratio, at the
+// model's KV bytes a token, rounded up, and never 0 (which would turn
+// llama-server's cache off).
+func TestCacheMiB(t *testing.T) {
+	smp := Sample{Stats: trace.Stats{WorkingSetTokens: 75616}}
+	cal := Calibration{EngineTokensPerToken: 1.9}
+	for _, tc := range []struct {
+		share float64
+		want  int
+	}{
+		// 75,616 x 1.9 / 2 = 71,835 tokens x 4 KiB = 280.6 MiB.
+		{1, 281},
+		{0.25, 71},
+		{1e-9, 1},
+	} {
+		if got := cacheMiB(config{CacheShare: tc.share, KVBytes: 4096}, smp, cal); got != tc.want {
+			t.Errorf("share %g: %d MiB, want %d", tc.share, got, tc.want)
+		}
+	}
+}

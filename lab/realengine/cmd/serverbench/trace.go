@@ -152,3 +152,21 @@ func tracePlan(c config, recs []trace.Record, seed uint64, cal Calibration) ([]c
 	}
 	return plan, Sample{Seed: seed, Stats: trace.Describe(recs, o), Rate: rate}, nil
 }
+
+// cacheMiB is a server's --cache-ram for smp: c.CacheShare of its half of
+// the sample's working set (distinct trace blocks, in engine tokens as the
+// calibration counts them) at c.KVBytes a token. llama-server keeps whole
+// prompts in that cache, not blocks, so it holds less of the working set
+// than a block cache of the same size.
+func cacheMiB(c config, smp Sample, cal Calibration) int {
+	tokens := float64(smp.Stats.WorkingSetTokens) * cal.EngineTokensPerToken / 2
+	return max(1, int(math.Ceil(c.CacheShare*tokens*float64(c.KVBytes)/(1<<20))))
+}
+
+// cacheSetup describes the servers' RAM prompt cache.
+func cacheSetup(c config) string {
+	if c.CacheShare <= 0 {
+		return "llama-server's default RAM prompt cache (8 GiB: the whole working set)"
+	}
+	return fmt.Sprintf("a RAM prompt cache (--cache-ram) of %.2gx a server's half of the sample's working set at %d KV bytes a token", c.CacheShare, c.KVBytes)
+}
