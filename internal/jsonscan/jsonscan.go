@@ -243,14 +243,11 @@ const (
 
 // escapeOrCtlGo is the index of b's first backslash or control byte
 // (below 0x20, invalid in a JSON string), or len(b), eight bytes a step
-// from b[from] on: in each word's mask the lowest set bit is exact (a
-// borrow only reaches the bytes above it).
+// from b[from] on (firstEscapeOrCtl).
 func escapeOrCtlGo(b []byte, from int) int {
 	i := from
 	for ; i+8 <= len(b); i += 8 {
-		w := binary.LittleEndian.Uint64(b[i:])
-		bs := w ^ (lo * '\\')
-		if m := ((bs-lo)&^bs | (w-0x20*lo)&^w) & hi; m != 0 {
+		if m := firstEscapeOrCtl(binary.LittleEndian.Uint64(b[i:])); m != 0 {
 			return i + bits.TrailingZeros64(m)/8
 		}
 	}
@@ -602,8 +599,16 @@ const (
 // above it), so their union's is the first such byte, which is all that
 // is read of it. zeroBytes and ctlBytes are exact, and cost more.
 func firstSpecial(w uint64) uint64 {
-	q, bs := w^(lo*'"'), w^(lo*'\\')
-	return ((q-lo)&^q | (bs-lo)&^bs | (w-0x20*lo)&^w) & hi
+	q := w ^ (lo * '"')
+	return (q-lo)&^q&hi | firstEscapeOrCtl(w)
+}
+
+// firstEscapeOrCtl is firstSpecial without the quote: the top bit of the
+// bytes of w that are a backslash or a control byte, and of some above
+// the first such byte.
+func firstEscapeOrCtl(w uint64) uint64 {
+	bs := w ^ (lo * '\\')
+	return ((bs-lo)&^bs | (w-0x20*lo)&^w) & hi
 }
 
 // zeroBytes has the top bit of each byte of x that is zero, exactly (no
