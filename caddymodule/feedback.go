@@ -10,7 +10,7 @@ import (
 // Feedback: when an answer carries the engine's cached-token count (or,
 // from an engine that reports, says nothing: none cached; cachereport.go),
 // the prediction made for it is held against that count. The rules (hit, miss,
-// concurrent, cold; shrink, grow, purge) are the replica's belief's
+// partial, concurrent, cold; shrink, grow, purge) are the replica's belief's
 // (policies.Belief.Check), which the simulator runs too; this file passes
 // them the figures and counts the verdicts in metrics.
 
@@ -55,12 +55,12 @@ func (s *replicaState) check(c policies.Check) policies.CheckResult {
 }
 
 // checkResults are the verdicts whose counters replicaCounters caches.
-var checkResults = []policies.CheckResult{policies.CheckHit, policies.CheckMiss, policies.CheckConcurrent, policies.CheckCold}
+var checkResults = []policies.CheckResult{policies.CheckHit, policies.CheckMiss, policies.CheckPartial, policies.CheckConcurrent, policies.CheckCold}
 
 // replicaCounters holds a replica's children of the feedback metrics.
 type replicaCounters struct {
 	predicted, reported, prompt counterSlot
-	results                     [4]counterSlot // by checkResults
+	results                     [5]counterSlot // by checkResults
 }
 
 // purge forgets everything believed resident on the replica.
@@ -71,7 +71,7 @@ func (s *replicaState) purge(reason string) {
 
 // feedbackStatus is the belief's record as /llm_route/state shows it.
 func feedbackStatus(b policies.BeliefStats) stateapi.Feedback {
-	return stateapi.Feedback{Checks: b.Checks, Hits: b.Hits, Misses: b.Misses, Cold: b.Cold,
+	return stateapi.Feedback{Checks: b.Checks, Hits: b.Hits, Misses: b.Misses, Partials: b.Partials, Cold: b.Cold,
 		Concurrent: b.Concurrent, Precision: b.Precision(), Purges: b.Purges, LastPurge: b.LastPurge,
 		MaxIndex: b.MaxCapacity, FromEngine: b.FromEngine}
 }

@@ -55,8 +55,11 @@ func TestConcurrentMissIsNotAMiss(t *testing.T) {
 	assert.Equal(t, 5, fs.Concurrent)
 	assert.Zero(t, fs.Misses)
 	assert.Zero(t, fs.Purges)
-	// A hit while concurrent is a hit (the engine shared what it had).
-	assert.Equal(t, policies.CheckHit, st.check(policies.Check{PredictedBlocks: 8, PromptBytes: 1000, CachedTokens: 64, PromptTokens: 250, Concurrent: true}))
+	// A hit while concurrent is a hit (the engine shared what it had); so
+	// little of the prediction that it would be partial is concurrent too.
+	assert.Equal(t, policies.CheckHit, st.check(policies.Check{PredictedBlocks: 8, PromptBytes: 1000, CachedTokens: 200, PromptTokens: 250, Concurrent: true}))
+	assert.Equal(t, policies.CheckConcurrent, st.check(policies.Check{PredictedBlocks: 8, PromptBytes: 1000, CachedTokens: 64, PromptTokens: 250, Concurrent: true}))
+	assert.Equal(t, 1024, st.belief.Index().Capacity(), "a concurrent partial left the index alone")
 }
 
 // TestPendingPrefixMarksConcurrent proves that a request sent to a replica

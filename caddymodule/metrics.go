@@ -76,7 +76,7 @@ var (
 	}, []string{"replica"})
 	metricPredictions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metricNS, Name: "predictions_total",
-		Help: "Prefix predictions checked against the engine: hit (predicted and cached), miss (predicted, not cached), concurrent (predicted, not cached, sent while the same prefix was still being prefilled there), cold (not predicted).",
+		Help: "Prefix predictions checked against the engine: hit (predicted and cached), miss (predicted, not cached), partial (predicted, less than half of it cached), concurrent (predicted, not all cached, sent while the same prefix was still being prefilled there), cold (not predicted).",
 	}, []string{"replica", "result"})
 	metricStatusOverrides = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metricNS, Name: "status_cooldown_overrides_total",

@@ -164,6 +164,61 @@ func TestConcurrentPrefixNotAMiss(t *testing.T) {
 	r.requireDrained(f.addr)
 }
 
+// TestPartialCacheShrinksBelief proves, through Caddy against a simulated
+// llama.cpp server (which reports no cache size) with a small cache, that
+// a conversation whose turns the engine evicted while it kept the system
+// prompt every request shares is checked as "partial", not as a hit (the
+// engine did report cached tokens: the shared opening), and that the
+// verdict shrinks the belief's index as a miss does.
+func TestPartialCacheShrinksBelief(t *testing.T) {
+	cfg := simreplica.Config{Name: "sim-small", OutputTokens: 4, RestartDown: -1, Personality: simreplica.LlamaCpp}
+	cfg.Engine = simengine.DefaultConfig()
+	cfg.Engine.Speed = 50
+	cfg.Engine.NumBlocks, cfg.Engine.BlockSize = 64, 16 // 1,024 tokens
+	cfg.Engine.MaxModelLen = 0
+	sim, err := simreplica.New(cfg)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = sim.Serve(ln) }()
+	t.Cleanup(func() { _ = sim.Close() })
+	addr := ln.Addr().String()
+	r := startRouter(t, fmt.Sprintf(`
+	llm_route {
+		request_usage
+	}
+	reverse_proxy %s {
+		lb_policy llm prefix_load
+	}`, addr))
+	sys := strings.Repeat("You are a meticulous assistant who answers in short sentences. ", 12) // ~200 tokens
+	turn := func(i int) string {
+		return fmt.Sprintf("conversation %d: ", i) + strings.Repeat(fmt.Sprintf("tell me about topic %d in detail please. ", i), 45) // ~500 tokens
+	}
+	send := func(user string) {
+		resp := post(t, r.url("/v1/chat/completions"), "", "", "", chatBody(sys, user, false))
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	// Conversation 0, then three others of the same system prompt: each
+	// needs most of the cache, so the engine evicts conversation 0's turn
+	// and keeps the system prompt, which every request touches.
+	for i := range 4 {
+		send(turn(i))
+	}
+	waitFor(t, "four predictions checked", func() bool { return r.replica(addr).Feedback.Checks == 4 })
+	before := r.replica(addr)
+	require.Zero(t, before.Feedback.Partials, "nothing evicted was believed yet: %s", before.Feedback)
+	send(turn(0))
+	waitFor(t, "the fifth prediction checked", func() bool { return r.replica(addr).Feedback.Checks == 5 })
+	after := r.replica(addr)
+	assert.Equal(t, 1, after.Feedback.Partials, "conversation 0 again: believed whole, the engine had its system prompt only: %s", after.Feedback)
+	assert.Zero(t, after.Feedback.Misses, "the engine had some of it: no miss")
+	assert.Less(t, after.IndexCapacity, before.IndexCapacity, "a partial shrinks the index")
+	assert.Less(t, after.Feedback.Precision, 1.0)
+	r.requireDrained(addr)
+}
+
 // TestBlockSizeSizesIndex proves, through Caddy against a simulated engine
 // that reports its cache size, that the index sized from the engine counts
 // in llm_route's own block_size: the engine's cache (blocks x tokens per

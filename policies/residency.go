@@ -9,13 +9,17 @@ import "sync"
 //
 // A belief is corrected from two signals the engine gives:
 //   - the cached tokens it reports in each answer's usage (Check): a
-//     prediction was a hit, a miss, cold (nothing believed) or concurrent
-//     (believed, found nothing, but another request of that prefix was
-//     still before its first byte there, so the engine was still computing
-//     it). Misses shrink the index (it believes more than the engine
-//     keeps), hits let it grow back (additive increase, multiplicative
-//     decrease), and a run of misses on long predictions means the cache
-//     was wiped: the index is purged;
+//     prediction was a hit, a miss, partial (the engine had less than half
+//     of what was believed), cold (nothing believed) or concurrent
+//     (believed, found less, but another request of that prefix was still
+//     before its first byte there, so the engine was still computing it).
+//     Misses and partials shrink the index (it believes more than the
+//     engine keeps), hits let it grow back (additive increase,
+//     multiplicative decrease), and a run of misses on long predictions
+//     means the cache was wiped: the index is purged. Partials matter
+//     where every prompt opens alike (one system prompt, one tool list):
+//     the engine always has that opening, so a belief that outgrew the
+//     engine's cache would otherwise never see a miss;
 //   - its metrics (Engine): the cache size caps the index, and a prefix
 //     cache counter going backwards means a restart: the index is purged.
 //
@@ -40,6 +44,12 @@ const (
 	// a tail), long ones do not miss three times in a row by chance.
 	purgeMissRun   = 3
 	purgeMinBlocks = 4
+
+	// partialMinBlocks is the shortest prediction a partial verdict
+	// judges: under it, the engine's own block rounding (16 tokens and
+	// more) and its chat template's tokens can make half of a prediction
+	// look missing when nothing is.
+	partialMinBlocks = 4
 )
 
 // Purge reasons, as Stats and the module's metrics name them.
@@ -61,8 +71,13 @@ const (
 	CheckHit CheckResult = "hit"
 	// CheckMiss: a prefix was believed resident and the engine had none.
 	CheckMiss CheckResult = "miss"
-	// CheckConcurrent: a miss while another request of the same prefix was
-	// still before its first byte on the replica; says nothing of the index.
+	// CheckPartial: a prefix of at least partialMinBlocks blocks was
+	// believed resident and the engine had less than half of it, in its
+	// own tokens: the belief kept what the engine evicted.
+	CheckPartial CheckResult = "partial"
+	// CheckConcurrent: a miss or a partial while another request of the
+	// same prefix was still before its first byte on the replica; says
+	// nothing of the index.
 	CheckConcurrent CheckResult = "concurrent"
 	// CheckCold: nothing was believed resident.
 	CheckCold CheckResult = "cold"
@@ -98,8 +113,8 @@ type Belief struct {
 
 // BeliefStats counts what a Belief was told.
 type BeliefStats struct {
-	Checks, Hits, Misses, Cold, Concurrent int
-	Purges                                 int
+	Checks, Hits, Misses, Partials, Cold, Concurrent int
+	Purges                                           int
 	// LastPurge is the reason of the last purge, "" if none.
 	LastPurge string
 	// MaxCapacity is the most blocks the index may grow to now.
@@ -108,13 +123,14 @@ type BeliefStats struct {
 	FromEngine bool
 }
 
-// Precision is hits / (hits + misses): how often a believed prefix was
-// there. 0 before any such check.
+// Precision is hits / (hits + misses + partials): how often a believed
+// prefix was there. 0 before any such check.
 func (s BeliefStats) Precision() float64 {
-	if s.Hits+s.Misses == 0 {
+	judged := s.Hits + s.Misses + s.Partials
+	if judged == 0 {
 		return 0
 	}
-	return float64(s.Hits) / float64(s.Hits+s.Misses)
+	return float64(s.Hits) / float64(judged)
 }
 
 // NewBelief returns an empty belief whose index holds capacityBlocks
@@ -250,13 +266,14 @@ type Checked struct {
 }
 
 // Check holds one prediction against the engine's report and corrects the
-// belief: a miss shrinks the index by 1/8 (never below MinIndexBlocks), a
-// hit grows it by 1/64 up to its maximum, purgeMissRun misses in a row on
-// predictions of at least purgeMinBlocks blocks purge it.
+// belief: a miss or a partial shrinks the index by 1/8 (never below
+// MinIndexBlocks), a hit grows it by 1/64 up to its maximum, purgeMissRun
+// misses in a row on predictions of at least purgeMinBlocks blocks purge
+// it (a partial ends such a run: the engine still holds something).
 func (b *Belief) Check(c Check) Checked {
-	out := Checked{Result: Classify(c.PredictedBlocks, c.Concurrent, c.CachedTokens)}
 	b.mu.Lock()
-	out.PredictedTokens = PredictedTokens(c.PredictedBlocks, b.blockBytes, c.PromptBytes, c.PromptTokens)
+	out := Checked{PredictedTokens: PredictedTokens(c.PredictedBlocks, b.blockBytes, c.PromptBytes, c.PromptTokens)}
+	out.Result = Classify(c.PredictedBlocks, c.Concurrent, c.CachedTokens, out.PredictedTokens)
 	s := &b.stats
 	s.Checks++
 	switch out.Result {
@@ -269,6 +286,9 @@ func (b *Belief) Check(c Check) Checked {
 			b.missRun++
 			out.Purged = b.missRun >= purgeMissRun
 		}
+	case CheckPartial:
+		s.Partials++
+		b.missRun = 0
 	case CheckConcurrent:
 		s.Concurrent++
 	default:
@@ -283,7 +303,7 @@ func (b *Belief) Check(c Check) Checked {
 	}
 	capNow := b.index.Capacity()
 	switch out.Result {
-	case CheckMiss:
+	case CheckMiss, CheckPartial:
 		b.index.SetCapacity(max(capNow*7/8, MinIndexBlocks))
 	case CheckHit:
 		if capNow < limit {
@@ -295,9 +315,16 @@ func (b *Belief) Check(c Check) Checked {
 
 // Classify is the verdict on a prediction of predicted blocks, made with
 // concurrent set as Placement.Concurrent, when the engine reported
-// cachedTokens.
-func Classify(predicted int, concurrent bool, cachedTokens int) CheckResult {
+// cachedTokens; predictedTokens is the prediction in the engine's tokens
+// (PredictedTokens: 0 when the usage gave no prompt size, and then no
+// verdict is partial).
+func Classify(predicted int, concurrent bool, cachedTokens, predictedTokens int) CheckResult {
+	partial := predicted >= partialMinBlocks && 2*cachedTokens < predictedTokens
 	switch {
+	case predicted > 0 && cachedTokens > 0 && partial && concurrent:
+		return CheckConcurrent
+	case predicted > 0 && cachedTokens > 0 && partial:
+		return CheckPartial
 	case predicted > 0 && cachedTokens > 0:
 		return CheckHit
 	case predicted > 0 && concurrent:

@@ -17,8 +17,10 @@ func chainOf(base uint64, n int) []uint64 {
 }
 
 // TestBeliefCheckVerdicts proves each verdict and what it does to the
-// index: a miss shrinks it by 1/8, a hit grows it by 1/64 up to the
-// configured maximum, cold and concurrent leave it alone.
+// index: a miss or a partial shrinks it by 1/8, a hit grows it by 1/64 up
+// to the configured maximum, cold and concurrent leave it alone. The
+// partial cases predict 8 blocks (1 KiB) of a 2 KiB prompt of 512 tokens:
+// 256 tokens believed cached.
 func TestBeliefCheckVerdicts(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
@@ -35,6 +37,12 @@ func TestBeliefCheckVerdicts(t *testing.T) {
 		{"concurrent is no miss", Check{PredictedBlocks: 3, Concurrent: true}, 1024, CheckConcurrent, 1024},
 		{"concurrent with cached tokens is a hit", Check{PredictedBlocks: 3, Concurrent: true, CachedTokens: 5}, 512, CheckHit, 520},
 		{"cold", Check{CachedTokens: 10}, 1024, CheckCold, 1024},
+		{"under half cached is partial", Check{PredictedBlocks: 8, CachedTokens: 127, PromptTokens: 512, PromptBytes: 2048}, 1024, CheckPartial, 896},
+		{"partial never below the floor", Check{PredictedBlocks: 8, CachedTokens: 10, PromptTokens: 512, PromptBytes: 2048}, 70, CheckPartial, MinIndexBlocks},
+		{"half cached is a hit", Check{PredictedBlocks: 8, CachedTokens: 128, PromptTokens: 512, PromptBytes: 2048}, 512, CheckHit, 520},
+		{"partial while concurrent says nothing", Check{PredictedBlocks: 8, Concurrent: true, CachedTokens: 10, PromptTokens: 512, PromptBytes: 2048}, 1024, CheckConcurrent, 1024},
+		{"a short prediction is never partial", Check{PredictedBlocks: partialMinBlocks - 1, CachedTokens: 1, PromptTokens: 512, PromptBytes: 2048}, 512, CheckHit, 520},
+		{"no prompt size: no partial", Check{PredictedBlocks: 8, CachedTokens: 1}, 512, CheckHit, 520},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b := NewBelief(1024)
@@ -45,7 +53,7 @@ func TestBeliefCheckVerdicts(t *testing.T) {
 			assert.Equal(t, tt.wantCap, b.Index().Capacity())
 			s := b.Stats()
 			assert.Equal(t, 1, s.Checks)
-			assert.Equal(t, 1, s.Hits+s.Misses+s.Cold+s.Concurrent, "one verdict counted")
+			assert.Equal(t, 1, s.Hits+s.Misses+s.Partials+s.Cold+s.Concurrent, "one verdict counted")
 		})
 	}
 }
@@ -57,6 +65,7 @@ func TestBeliefPurgesAfterMissRun(t *testing.T) {
 	long := Check{PredictedBlocks: purgeMinBlocks}
 	short := Check{PredictedBlocks: purgeMinBlocks - 1}
 	hit := Check{PredictedBlocks: purgeMinBlocks, CachedTokens: 1}
+	partial := Check{PredictedBlocks: purgeMinBlocks, CachedTokens: 1, PromptTokens: 1024, PromptBytes: 1024}
 	for _, tt := range []struct {
 		name   string
 		checks []Check
@@ -66,6 +75,7 @@ func TestBeliefPurgesAfterMissRun(t *testing.T) {
 		{"two are not enough", []Check{long, long}, -1},
 		{"short misses do not count", []Check{short, short, short, short}, -1},
 		{"a hit ends the run", []Check{long, long, hit, long, long}, -1},
+		{"a partial ends the run", []Check{long, long, partial, long, long}, -1},
 		{"a short miss neither counts nor ends it", []Check{long, short, long, long}, 3},
 		{"a purge restarts the run", []Check{long, long, long, long, long}, 2},
 	} {
@@ -217,9 +227,12 @@ func TestBeliefPredictedTokens(t *testing.T) {
 	b.Place(Keys{Blocks: chainOf(1, 1), BlockBytes: 128})
 	got := b.Check(Check{PredictedBlocks: 2, CachedTokens: 1, PromptTokens: 100, PromptBytes: 512})
 	assert.Equal(t, 50, got.PredictedTokens, "256 of 512 bytes believed: half the prompt's tokens")
-	got = b.Check(Check{PredictedBlocks: 8, CachedTokens: 1, PromptTokens: 100, PromptBytes: 512})
+	got = b.Check(Check{PredictedBlocks: 8, CachedTokens: 60, PromptTokens: 100, PromptBytes: 512})
 	assert.Equal(t, 100, got.PredictedTokens, "capped at the prompt")
 	got = b.Check(Check{PredictedBlocks: 8, CachedTokens: 1})
 	assert.Zero(t, got.PredictedTokens, "no prompt size reported")
 	assert.InDelta(t, 1.0, b.Stats().Precision(), 1e-9)
+	got = b.Check(Check{PredictedBlocks: 8, CachedTokens: 1, PromptTokens: 100, PromptBytes: 512})
+	assert.Equal(t, CheckPartial, got.Result)
+	assert.InDelta(t, 0.75, b.Stats().Precision(), 1e-9, "a partial counts against the precision")
 }

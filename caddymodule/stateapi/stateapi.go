@@ -136,6 +136,7 @@ type Feedback struct {
 	Checks     int     `json:"checks"`
 	Hits       int     `json:"hits"`
 	Misses     int     `json:"misses"`
+	Partials   int     `json:"partials"`
 	Cold       int     `json:"cold"`
 	Concurrent int     `json:"concurrent"`
 	Precision  float64 `json:"precision"`
@@ -147,7 +148,7 @@ type Feedback struct {
 
 // String helps tests print a state.
 func (f Feedback) String() string {
-	return "checks=" + strconv.Itoa(f.Checks) + " hits=" + strconv.Itoa(f.Hits) + " misses=" + strconv.Itoa(f.Misses)
+	return "checks=" + strconv.Itoa(f.Checks) + " hits=" + strconv.Itoa(f.Hits) + " misses=" + strconv.Itoa(f.Misses) + " partials=" + strconv.Itoa(f.Partials)
 }
 
 // Policy is one live `lb_policy llm` with its effective settings

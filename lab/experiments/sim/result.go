@@ -130,7 +130,9 @@ type Residency struct {
 	// The module's per-request classification against reported tokens.
 	Hits   int `json:"hits"`
 	Misses int `json:"misses"`
-	Cold   int `json:"cold"`
+	// Partials: predicted, less than half of it reported.
+	Partials int `json:"partials"`
+	Cold     int `json:"cold"`
 	// Concurrent: predicted, none reported, sent while another request of
 	// that prefix was still before its first token on the replica.
 	Concurrent      int     `json:"concurrent"`
@@ -181,13 +183,15 @@ func (r *Result) record(s *Sim, f *flight, ok bool, u simengine.Usage) {
 	res.OverlapTokens += int64(min(pred, f.trueTok))
 	res.ReportedTokens += int64(u.CachedTokens)
 	res.OverlapReported += int64(min(pred, u.CachedTokens))
-	switch policies.Classify(f.predicted, f.concurrent, u.CachedTokens) {
+	switch policies.Classify(f.predicted, f.concurrent, u.CachedTokens, pred) {
 	case policies.CheckHit:
 		res.Hits++
 	case policies.CheckConcurrent:
 		res.Concurrent++
 	case policies.CheckMiss:
 		res.Misses++
+	case policies.CheckPartial:
+		res.Partials++
 	default:
 		res.Cold++
 	}
@@ -245,8 +249,8 @@ func (r *Result) summarize() {
 	res.Recall = ratio(res.OverlapTokens, res.TrueTokens)
 	res.PrecisionReported = ratio(res.OverlapReported, res.PredictedTokens)
 	res.RecallReported = ratio(res.OverlapReported, res.ReportedTokens)
-	if res.Hits+res.Misses > 0 {
-		res.ModulePrecision = float64(res.Hits) / float64(res.Hits+res.Misses)
+	if judged := res.Hits + res.Misses + res.Partials; judged > 0 {
+		res.ModulePrecision = float64(res.Hits) / float64(judged)
 	}
 	if res.BoundaryN > 0 {
 		res.BoundaryMeanTok = res.boundarySum / float64(res.BoundaryN)

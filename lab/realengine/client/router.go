@@ -90,15 +90,17 @@ type Prediction struct {
 	// From /llm_route/state, summed over replicas. A check is a response
 	// that carried cached-token usage: hit = the router predicted a cached
 	// prefix and the engine reported cached tokens, miss = predicted but
-	// the engine reported none, cold = nothing predicted, concurrent =
-	// predicted and none reported while the same prefix was still before
-	// its first byte on the replica (neither hit nor miss).
+	// the engine reported none, partial = it reported less than half of
+	// the prediction, cold = nothing predicted, concurrent = predicted and
+	// less reported while the same prefix was still before its first byte
+	// on the replica (neither hit nor miss).
 	Checks     int     `json:"checks"`
 	Hits       int     `json:"hits"`
 	Misses     int     `json:"misses"`
+	Partials   int     `json:"partials"`
 	Cold       int     `json:"cold"`
 	Concurrent int     `json:"concurrent"`
-	Precision  float64 `json:"precision"` // hits / (hits + misses)
+	Precision  float64 `json:"precision"` // hits / (hits + misses + partials)
 	Purges     int     `json:"index_purges"`
 	// From llmroute's metrics on Caddy's admin /metrics.
 	PredictedCachedTokens float64 `json:"predicted_cached_tokens"`
@@ -136,6 +138,7 @@ func ReadPrediction(ctx context.Context, hc *http.Client, base string) (Predicti
 		p.Checks += f.Checks
 		p.Hits += f.Hits
 		p.Misses += f.Misses
+		p.Partials += f.Partials
 		p.Cold += f.Cold
 		p.Concurrent += f.Concurrent
 		p.Purges += f.Purges
@@ -146,8 +149,8 @@ func ReadPrediction(ctx context.Context, hc *http.Client, base string) (Predicti
 			p.EngineScrapeErr = r.Addr + ": " + r.Engine.LastError
 		}
 	}
-	if p.Hits+p.Misses > 0 {
-		p.Precision = float64(p.Hits) / float64(p.Hits+p.Misses)
+	if judged := p.Hits + p.Misses + p.Partials; judged > 0 {
+		p.Precision = float64(p.Hits) / float64(judged)
 	}
 	m, err := Scrape(ctx, hc, base+"/metrics", "llmroute_")
 	if err != nil {
@@ -156,7 +159,7 @@ func ReadPrediction(ctx context.Context, hc *http.Client, base string) (Predicti
 	p.PredictedCachedTokens = Sum(m, "llmroute_predicted_cached_tokens_total", nil)
 	p.ReportedCachedTokens = Sum(m, "llmroute_reported_cached_tokens_total", nil)
 	p.RouterPromptTokens = Sum(m, "llmroute_prompt_tokens_total", nil)
-	for _, res := range []string{"hit", "miss", "concurrent", "cold"} {
+	for _, res := range []string{"hit", "miss", "partial", "concurrent", "cold"} {
 		p.Results[res] = Sum(m, "llmroute_predictions_total", map[string]string{"result": res})
 	}
 	for _, s := range m["llmroute_requests_total"] {
@@ -181,6 +184,7 @@ func (p *Prediction) Add(o Prediction) {
 	p.Checks += o.Checks
 	p.Hits += o.Hits
 	p.Misses += o.Misses
+	p.Partials += o.Partials
 	p.Cold += o.Cold
 	p.Concurrent += o.Concurrent
 	p.Purges += o.Purges
@@ -199,8 +203,8 @@ func (p *Prediction) Add(o Prediction) {
 	}
 	p.PerReplica = append(p.PerReplica, o.PerReplica...)
 	p.Precision, p.PredictedOverReported = 0, 0
-	if p.Hits+p.Misses > 0 {
-		p.Precision = float64(p.Hits) / float64(p.Hits+p.Misses)
+	if judged := p.Hits + p.Misses + p.Partials; judged > 0 {
+		p.Precision = float64(p.Hits) / float64(judged)
 	}
 	if p.ReportedCachedTokens > 0 {
 		p.PredictedOverReported = p.PredictedCachedTokens / p.ReportedCachedTokens

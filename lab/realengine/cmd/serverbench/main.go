@@ -73,6 +73,10 @@ type Run struct {
 	// TTFTsMs holds the TTFT of every request that got a first token,
 	// sorted, for the distribution plots.
 	TTFTsMs []float64 `json:"ttfts_ms_sorted,omitempty"`
+	// Router is the router's own account at the end of the run: its
+	// predictions' verdicts against the servers' cached tokens and each
+	// replica's index (read from the admin endpoint; nil if that failed).
+	Router *client.Prediction `json:"router,omitempty"`
 }
 
 // Sample is the trace a seed replays: what it holds (at the replay's
@@ -206,14 +210,14 @@ func run(c config) error {
 			plan = p
 		}
 		for _, pol := range c.Policies {
-			res, err := runOne(ctx, c, pol, seed, plan)
+			res, router, err := runOne(ctx, c, pol, seed, plan)
 			if err != nil {
 				return fmt.Errorf("%s seed %d: %w", pol, seed, err)
 			}
 			s := client.Summarize(res)
-			rec.Runs = append(rec.Runs, Run{Policy: pol, Seed: seed, Summary: s, TTFTsMs: sortedTTFTs(res)})
-			fmt.Fprintf(os.Stderr, "seed %d %-12s ttft p50 %7.0f p99 %7.0f ms, cached %.3f, %d/%d complete\n",
-				seed, pol, s.TTFTP50, s.TTFTP99, s.CachedTokenRate, s.Completed, s.Requests)
+			rec.Runs = append(rec.Runs, Run{Policy: pol, Seed: seed, Summary: s, TTFTsMs: sortedTTFTs(res), Router: router})
+			fmt.Fprintf(os.Stderr, "seed %d %-12s ttft p50 %7.0f p99 %7.0f ms, cached %.3f, %d/%d complete; router %s\n",
+				seed, pol, s.TTFTP50, s.TTFTP99, s.CachedTokenRate, s.Completed, s.Requests, routerLine(router))
 		}
 	}
 	b, _ := json.MarshalIndent(rec, "", "  ")
@@ -290,9 +294,28 @@ func startServer(ctx context.Context, c config, logName string) (*proc.Proc, str
 	return p, addr, nil
 }
 
+// routerLine is a run's router account in a few words.
+func routerLine(p *client.Prediction) string {
+	if p == nil {
+		return "unread"
+	}
+	return fmt.Sprintf("%d hits, %d partials, %d misses, %d cold; index capacity %s", p.Hits, p.Partials, p.Misses, p.Cold, indexCapacities(p, "/"))
+}
+
+// indexCapacities is each replica's index capacity at the run's end,
+// joined by sep.
+func indexCapacities(p *client.Prediction, sep string) string {
+	idx := make([]string, 0, len(p.PerReplica))
+	for _, r := range p.PerReplica {
+		idx = append(idx, strconv.Itoa(r.IndexCapacity))
+	}
+	return strings.Join(idx, sep)
+}
+
 // runOne starts two fresh servers and caddy with pol, replays plan and
-// returns what each request saw.
-func runOne(ctx context.Context, c config, pol string, seed uint64, plan []client.Request) ([]client.Result, error) {
+// returns what each request saw and the router's account of it (nil when
+// it could not be read).
+func runOne(ctx context.Context, c config, pol string, seed uint64, plan []client.Request) ([]client.Result, *client.Prediction, error) {
 	var addrs []string
 	var procs []*proc.Proc
 	defer func() {
@@ -303,18 +326,18 @@ func runOne(ctx context.Context, c config, pol string, seed uint64, plan []clien
 	for i := range 2 {
 		p, addr, err := startServer(ctx, c, fmt.Sprintf("server-%s-%s-%d-%d.log", c.Workload, pol, seed, i))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		procs = append(procs, p)
 		addrs = append(addrs, addr)
 	}
 	admin, err := netx.FreePort()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	listen, err := netx.FreePort()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	hold := ""
 	if c.SlotHold > 0 {
@@ -351,17 +374,27 @@ http://127.0.0.1:%d {
 `, admin, listen, key, strings.Join(addrs, " "), pol, c.Slots, hold, key)
 	dir, err := os.MkdirTemp("", "serverbench-")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer os.RemoveAll(dir)
 	cd, err := caddyproc.StartCaddy(ctx, c.Caddy, dir, cf, fmt.Sprintf("127.0.0.1:%d", admin), fmt.Sprintf("127.0.0.1:%d", listen))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer cd.Stop()
 	cl := &client.Client{URL: fmt.Sprintf("http://127.0.0.1:%d/v1/chat/completions", listen), Model: "tiny", MaxTokens: c.MaxTokens, ReplicaHeader: "X-LLMRoute-Replica",
 		HTTP: &http.Client{Timeout: 10 * time.Minute}}
-	return cl.Run(ctx, plan, 20*time.Minute), nil
+	res := cl.Run(ctx, plan, 20*time.Minute)
+	var router *client.Prediction
+	// The handler checks a prediction as its request ends, which may be
+	// just after the client read the last byte.
+	time.Sleep(500 * time.Millisecond)
+	if p, err := client.ReadPrediction(ctx, &http.Client{Timeout: 10 * time.Second}, fmt.Sprintf("http://127.0.0.1:%d", admin)); err == nil {
+		router = &p
+	} else {
+		fmt.Fprintf(os.Stderr, "%s seed %d: router state: %v\n", pol, seed, err)
+	}
+	return res, router, nil
 }
 
 func waitHealth(ctx context.Context, addr string, within time.Duration) error {
@@ -406,7 +439,7 @@ func markdown(r Record) string {
 	for _, s := range r.Samples {
 		bound[s.Seed] = s.Stats.Bound
 	}
-	b.WriteString("| seed | policy | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | cached token rate | of the bound | max/min load | complete |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| seed | policy | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | cached token rate | of the bound | max/min load | complete | router: hit / partial / miss, index capacity |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	by := map[string]map[uint64]client.Summary{}
 	for _, run := range r.Runs {
 		s := run.Summary
@@ -414,7 +447,11 @@ func markdown(r Record) string {
 		if bd := bound[run.Seed]; bd > 0 {
 			of = fmt.Sprintf("%.2f", s.CachedTokenRate/bd)
 		}
-		fmt.Fprintf(&b, "| %d | %s | %.0f | %.0f | %.0f | %.3f | %s | %s | %d/%d |\n", run.Seed, run.Policy, s.TTFTP50, s.TTFTP90, s.TTFTP99, s.CachedTokenRate, of, loadSpread(s.PerReplica), s.Completed, s.Requests)
+		router := "-"
+		if p := run.Router; p != nil {
+			router = fmt.Sprintf("%d / %d / %d, %s", p.Hits, p.Partials, p.Misses, indexCapacities(p, " / "))
+		}
+		fmt.Fprintf(&b, "| %d | %s | %.0f | %.0f | %.0f | %.3f | %s | %s | %d/%d | %s |\n", run.Seed, run.Policy, s.TTFTP50, s.TTFTP90, s.TTFTP99, s.CachedTokenRate, of, loadSpread(s.PerReplica), s.Completed, s.Requests, router)
 		if by[run.Policy] == nil {
 			by[run.Policy] = map[uint64]client.Summary{}
 		}
