@@ -13,13 +13,14 @@ import "sync"
 //     of what was believed), cold (nothing believed) or concurrent
 //     (believed, found less, but another request of that prefix was still
 //     before its first byte there, so the engine was still computing it).
-//     Misses and partials shrink the index (it believes more than the
-//     engine keeps), hits let it grow back (additive increase,
-//     multiplicative decrease), and a run of misses on long predictions
-//     means the cache was wiped: the index is purged. Partials matter
-//     where every prompt opens alike (one system prompt, one tool list):
-//     the engine always has that opening, so a belief that outgrew the
-//     engine's cache would otherwise never see a miss;
+//     Misses shrink the index (it believes more than the engine keeps),
+//     hits let it grow back (additive increase, multiplicative decrease),
+//     and a run of misses on long predictions means the cache was wiped:
+//     the index is purged. Partials shrink it too until the engine's
+//     metrics give its cache size: where every prompt opens alike (one
+//     system prompt, one tool list) the engine always has that opening,
+//     and a belief that outgrew a cache of unknown size would otherwise
+//     never see a miss;
 //   - its metrics (Engine): the cache size caps the index, and a prefix
 //     cache counter going backwards means a restart: the index is purged.
 //
@@ -266,10 +267,15 @@ type Checked struct {
 }
 
 // Check holds one prediction against the engine's report and corrects the
-// belief: a miss or a partial shrinks the index by 1/8 (never below
-// MinIndexBlocks), a hit grows it by 1/64 up to its maximum, purgeMissRun
-// misses in a row on predictions of at least purgeMinBlocks blocks purge
-// it (a partial ends such a run: the engine still holds something).
+// belief: a miss shrinks the index by 1/8 (never below MinIndexBlocks), a
+// hit grows it by 1/64 up to its maximum, purgeMissRun misses in a row on
+// predictions of at least purgeMinBlocks blocks purge it. A partial ends
+// such a run (the engine still holds something) and shrinks the index as
+// a miss does while the engine has not reported its cache size, which the
+// partials then stand for. Once it has, the index is capped at that size
+// and a partial says that other clients' prompts took the rest of the
+// cache: a smaller index would forget the prefixes they keep warm there
+// too, and would not see the engine's cache any better.
 func (b *Belief) Check(c Check) Checked {
 	b.mu.Lock()
 	out := Checked{PredictedTokens: PredictedTokens(c.PredictedBlocks, b.blockBytes, c.PromptBytes, c.PromptTokens)}
@@ -295,6 +301,7 @@ func (b *Belief) Check(c Check) Checked {
 		s.Cold++
 	}
 	limit := b.maxBlocksLocked()
+	sized := b.engineBytes > 0
 	b.mu.Unlock()
 
 	if out.Purged {
@@ -302,10 +309,10 @@ func (b *Belief) Check(c Check) Checked {
 		return out
 	}
 	capNow := b.index.Capacity()
-	switch out.Result {
-	case CheckMiss, CheckPartial:
+	switch {
+	case out.Result == CheckMiss, out.Result == CheckPartial && !sized:
 		b.index.SetCapacity(max(capNow*7/8, MinIndexBlocks))
-	case CheckHit:
+	case out.Result == CheckHit:
 		if capNow < limit {
 			b.index.SetCapacity(min(capNow+max(capNow/64, 1), limit))
 		}

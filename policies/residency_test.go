@@ -58,6 +58,23 @@ func TestBeliefCheckVerdicts(t *testing.T) {
 	}
 }
 
+// TestBeliefPartialOnceSized proves that once the engine reported its
+// cache size a partial no longer shrinks the index (it is capped at that
+// size; the rest of the cache went to other clients' prompts), while a
+// miss still does.
+func TestBeliefPartialOnceSized(t *testing.T) {
+	b := NewBelief(DefaultIndexCapacity)
+	b.Engine(EngineCache{NumBlocks: 1024, BlockTokens: 16, PrefixQueries: -1}) // 512 blocks of 128 bytes
+	require.Equal(t, 512, b.Index().Capacity())
+	partial := Check{PredictedBlocks: 8, CachedTokens: 10, PromptTokens: 512, PromptBytes: 2048}
+	got := b.Check(partial)
+	assert.Equal(t, CheckPartial, got.Result)
+	assert.Equal(t, 512, b.Index().Capacity(), "sized by the engine: a partial leaves the index")
+	assert.Equal(t, 1, b.Stats().Partials)
+	b.Check(Check{PredictedBlocks: 8, PromptTokens: 512, PromptBytes: 2048})
+	assert.Equal(t, 448, b.Index().Capacity(), "a miss still shrinks it")
+}
+
 // TestBeliefPurgesAfterMissRun proves that purgeMissRun misses in a row on
 // long predictions purge the index, that short predictions and a hit in
 // between do not add up, and that a purge restarts the run.
