@@ -15,14 +15,22 @@ package policies
 // Directory, or no peers): past the shared run the request is new, and
 // the new-prefix rules place it by load and record its home, which the
 // conversation's later requests (through any router of a Directory)
-// follow. With peers and no Directory it stays with the rank, on which
-// the other routers agree.
+// follow. With peers and no Directory it goes to its rendezvous home,
+// ranked by its own opening within the cold bound, as a home is: every
+// router computes that alike, where the longest match within each
+// router's own load bound differs from router to router (each judges load
+// by its own requests, and each believes the shared run held where it
+// sent it), and a conversation would land wherever its turns happened to
+// come in.
 func (c *candidates) followLeading() (int, int, bool) {
 	if !c.warm {
 		return -1, 0, false
 	}
 	c.recall()
-	if c.shared && c.known == "" && c.trusted() {
+	switch {
+	case c.shared && !c.trusted():
+		return c.rendezvous, c.rvMatch, true
+	case c.shared && c.known == "":
 		return -1, 0, false
 	}
 	switch {

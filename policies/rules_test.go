@@ -123,8 +123,9 @@ func TestFollowLeading(t *testing.T) {
 // TestFollowLeadingSharedRun: a match of only what two replicas hold in
 // common, with no recorded home, passes for a router that follows its
 // homes (a new prefix past the shared run, placed by load), goes home
-// when it has one, and with peers and no Directory stays with the rank
-// of its own opening.
+// when it has one, and with peers and no Directory goes to the
+// rendezvous home of its own opening, whichever replicas this router
+// believes hold the shared run and whatever its own load bound says.
 func TestFollowLeadingSharedRun(t *testing.T) {
 	held := func(rs []Replica) (a, b int) {
 		insert(&rs[1], ruleKeys.Blocks[:2])
@@ -148,17 +149,40 @@ func TestFollowLeadingSharedRun(t *testing.T) {
 		assert.True(t, ok)
 		assert.Equal(t, 5, i)
 	})
-	t.Run("with peers, no home: the rank of its own opening", func(t *testing.T) {
-		rs := replicas(6)
-		a, b := held(rs)
-		c := surveyed(t, Options{Peers: PeersSome}, ruleKeys, rs)
-		want := a
-		if rs[b].rank(ruleKeys.Blocks[2]) > rs[a].rank(ruleKeys.Blocks[2]) {
-			want = b
+	// rendezvous is the highest rank of the request's own opening.
+	rendezvous := func(rs []Replica) int {
+		best := 0
+		for i := range rs {
+			if rs[i].rank(ruleKeys.Blocks[2]) > rs[best].rank(ruleKeys.Blocks[2]) {
+				best = i
+			}
 		}
+		return best
+	}
+	t.Run("with peers, no home: the rendezvous home of its own opening", func(t *testing.T) {
+		for _, hold := range [][2]int{{1, 3}, {0, 5}, {2, 4}} {
+			rs := replicas(6)
+			insert(&rs[hold[0]], ruleKeys.Blocks[:2])
+			insert(&rs[hold[1]], ruleKeys.Blocks[:2])
+			c := surveyed(t, Options{Peers: PeersSome}, ruleKeys, rs)
+			require.True(t, c.shared)
+			i, m, ok := c.followLeading()
+			assert.True(t, ok)
+			assert.Equal(t, rendezvous(rs), i, "held on %v", hold)
+			assert.Equal(t, matchOf(ruleKeys, &rs[i]), m)
+		}
+	})
+	t.Run("with peers, its rendezvous home past the load bound but within the cold one", func(t *testing.T) {
+		rs := replicas(6)
+		held(rs)
+		home := rendezvous(rs)
+		rs[home].InFlight = 4 // bound: ceil(1.5*5/6)+2 = 4 admits 3; cold: ceil(3*5/6)+2 = 5 admits 4
+		c := surveyed(t, Options{Peers: PeersSome}, ruleKeys, rs)
+		require.False(t, c.bound.Admits(&rs[home]))
+		require.True(t, c.cold.Admits(&rs[home]))
 		i, _, ok := c.followLeading()
 		assert.True(t, ok)
-		assert.Equal(t, want, i)
+		assert.Equal(t, home, i)
 	})
 }
 
