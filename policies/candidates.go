@@ -27,6 +27,10 @@ type candidates struct {
 	// rendezvous is the highest-ranked replica within the cold bound, the
 	// prefix's home where no router recorded one, and rvMatch its match.
 	rendezvous, rvMatch int
+	// With a shared run: holders is how many Free replicas are believed to
+	// hold it, and holder the highest-ranked of them within the cold bound
+	// (-1: none), holderMatch its match.
+	holders, holder, holderMatch int
 	// spill says a replica over the bound holds the prefix.
 	spill bool
 	// coolest is the candidate with the least pending prefill (then load,
@@ -70,8 +74,8 @@ func (c *candidates) survey() {
 	} else {
 		c.hk = HomeKey(c.keys)
 	}
-	c.best, c.top, c.rendezvous, c.coolest, c.cheap = -1, -1, -1, -1, -1
-	var bestRank, topRank, rvRank, coolRank, cheapRank uint64
+	c.best, c.top, c.rendezvous, c.coolest, c.cheap, c.holder = -1, -1, -1, -1, -1, -1
+	var bestRank, topRank, rvRank, coolRank, cheapRank, holderRank uint64
 	for i := range c.replicas {
 		r := &c.replicas[i]
 		if !r.Free() {
@@ -86,6 +90,12 @@ func (c *candidates) survey() {
 		}
 		if c.cold.Admits(r) && (c.rendezvous < 0 || sc > rvRank) {
 			c.rendezvous, rvRank, c.rvMatch = i, sc, m
+		}
+		if c.shared && m >= c.keys.LeadingBlocks {
+			c.holders++
+			if c.cold.Admits(r) && (c.holder < 0 || sc > holderRank) {
+				c.holder, holderRank, c.holderMatch = i, sc, m
+			}
 		}
 		if !c.bound.Admits(r) {
 			c.spill = c.spill || m >= o.MinMatchBlocks

@@ -17,8 +17,8 @@ import "sync/atomic"
 //     spills to the highest-ranked candidate.
 //  3. leading (followLeading): a match of only the shared leading run goes
 //     to the prefix's home, or stays where it matches; with peers and no
-//     Directory, a match of only what the replicas hold in common goes to
-//     the rendezvous home of the request's own opening.
+//     Directory, a match of only what the replicas hold in common goes by
+//     the rank of the request's own opening.
 //  4. home (returnHome): a prefix with a recorded home goes home, within a
 //     looser bound.
 //  5. new: a new prefix is placed by pending prefill, least recently

@@ -15,19 +15,25 @@ package policies
 // Directory, or no peers): past the shared run the request is new, and
 // the new-prefix rules place it by load and record its home, which the
 // conversation's later requests (through any router of a Directory)
-// follow. With peers and no Directory it goes to its rendezvous home,
-// ranked by its own opening within the cold bound, as a home is: every
-// router computes that alike, where the longest match within each
-// router's own load bound differs from router to router (each judges load
-// by its own requests, and each believes the shared run held where it
-// sent it), and a conversation would land wherever its turns happened to
-// come in.
+// follow. With peers and no Directory it goes by the rank of its own
+// opening within the cold bound, as a home does, which every router
+// computes alike; the longest match within each router's own load bound
+// differs from router to router (each judges load by its own requests),
+// and a conversation would land wherever its turns came in. The rank is
+// taken among the replicas believed to hold the shared run while fewer
+// than half the Free replicas do: a family's prefix, whose copies are
+// worth their hit. Held by more, it is a head that every request opens
+// with and every replica soon holds; each router believes it held where
+// it sent it, and sets that differ would part a conversation's turns, so
+// the rank is taken among all (the rendezvous home).
 func (c *candidates) followLeading() (int, int, bool) {
 	if !c.warm {
 		return -1, 0, false
 	}
 	c.recall()
 	switch {
+	case c.shared && !c.trusted() && c.holder >= 0 && 2*c.holders < c.bound.N:
+		return c.holder, c.holderMatch, true
 	case c.shared && !c.trusted():
 		return c.rendezvous, c.rvMatch, true
 	case c.shared && c.known == "":

@@ -123,9 +123,9 @@ func TestFollowLeading(t *testing.T) {
 // TestFollowLeadingSharedRun: a match of only what two replicas hold in
 // common, with no recorded home, passes for a router that follows its
 // homes (a new prefix past the shared run, placed by load), goes home
-// when it has one, and with peers and no Directory goes to the
-// rendezvous home of its own opening, whichever replicas this router
-// believes hold the shared run and whatever its own load bound says.
+// when it has one, and with peers and no Directory goes by the rank of
+// its own opening within the cold bound: among the replicas that hold the
+// shared run while fewer than half do, among all once more do.
 func TestFollowLeadingSharedRun(t *testing.T) {
 	held := func(rs []Replica) (a, b int) {
 		insert(&rs[1], ruleKeys.Blocks[:2])
@@ -149,40 +149,63 @@ func TestFollowLeadingSharedRun(t *testing.T) {
 		assert.True(t, ok)
 		assert.Equal(t, 5, i)
 	})
-	// rendezvous is the highest rank of the request's own opening.
-	rendezvous := func(rs []Replica) int {
-		best := 0
-		for i := range rs {
+	// top is the replica of among with the highest rank of the request's
+	// own opening.
+	top := func(rs []Replica, among []int) int {
+		best := among[0]
+		for _, i := range among {
 			if rs[i].rank(ruleKeys.Blocks[2]) > rs[best].rank(ruleKeys.Blocks[2]) {
 				best = i
 			}
 		}
 		return best
 	}
-	t.Run("with peers, no home: the rendezvous home of its own opening", func(t *testing.T) {
-		for _, hold := range [][2]int{{1, 3}, {0, 5}, {2, 4}} {
-			rs := replicas(6)
-			insert(&rs[hold[0]], ruleKeys.Blocks[:2])
-			insert(&rs[hold[1]], ruleKeys.Blocks[:2])
-			c := surveyed(t, Options{Peers: PeersSome}, ruleKeys, rs)
-			require.True(t, c.shared)
-			i, m, ok := c.followLeading()
-			assert.True(t, ok)
-			assert.Equal(t, rendezvous(rs), i, "held on %v", hold)
-			assert.Equal(t, matchOf(ruleKeys, &rs[i]), m)
-		}
-	})
-	t.Run("with peers, its rendezvous home past the load bound but within the cold one", func(t *testing.T) {
+	all := []int{0, 1, 2, 3, 4, 5}
+	// Which replicas hold the shared run, and whether the highest rank over
+	// all is one of them: each case must tell the two rankings apart at
+	// least once.
+	holds := [][]int{{1, 3}, {0, 5}, {2, 4}, {0, 1, 2}, {3, 4, 5}, {0, 2, 4}, {1, 3, 5}, {0, 1, 2, 3}}
+	apart := map[bool]int{}
+	for _, hold := range holds {
 		rs := replicas(6)
-		held(rs)
-		home := rendezvous(rs)
-		rs[home].InFlight = 4 // bound: ceil(1.5*5/6)+2 = 4 admits 3; cold: ceil(3*5/6)+2 = 5 admits 4
+		for _, i := range hold {
+			insert(&rs[i], ruleKeys.Blocks[:2])
+		}
 		c := surveyed(t, Options{Peers: PeersSome}, ruleKeys, rs)
-		require.False(t, c.bound.Admits(&rs[home]))
-		require.True(t, c.cold.Admits(&rs[home]))
-		i, _, ok := c.followLeading()
+		require.True(t, c.shared)
+		require.Equal(t, len(hold), c.holders)
+		want, few := top(rs, all), 2*len(hold) < len(rs)
+		if few {
+			want = top(rs, hold)
+		}
+		if top(rs, hold) != top(rs, all) {
+			apart[few]++
+		}
+		i, m, ok := c.followLeading()
 		assert.True(t, ok)
-		assert.Equal(t, home, i)
+		assert.Equal(t, want, i, "held on %v", hold)
+		assert.Equal(t, matchOf(ruleKeys, &rs[i]), m)
+	}
+	assert.Positive(t, apart[true], "no case of fewer than half the holders told the rankings apart")
+	assert.Positive(t, apart[false], "no case of half the holders or more told the rankings apart")
+	t.Run("with peers, the chosen replica past the load bound but within the cold one", func(t *testing.T) {
+		for _, hold := range [][]int{{1, 3}, {0, 1, 2, 3}} {
+			rs := replicas(6)
+			for _, i := range hold {
+				insert(&rs[i], ruleKeys.Blocks[:2])
+			}
+			want := top(rs, all)
+			if 2*len(hold) < len(rs) {
+				want = top(rs, hold)
+			}
+			rs[want].InFlight = 4 // bound: ceil(1.5*5/6)+2 = 4 admits 3; cold: ceil(3*5/6)+2 = 5 admits 4
+			c := surveyed(t, Options{Peers: PeersSome}, ruleKeys, rs)
+			require.False(t, c.bound.Admits(&rs[want]))
+			require.True(t, c.cold.Admits(&rs[want]))
+			i, _, ok := c.followLeading()
+			assert.True(t, ok)
+			assert.Equal(t, want, i, "held on %v", hold)
+		}
 	})
 }
 
