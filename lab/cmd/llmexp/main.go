@@ -111,7 +111,7 @@ func run(args []string, logw io.Writer) error {
 		trcN  = fs.Int("trace-requests", 0, "trace: replay only the first n requests (default all; 1500 with -quick)")
 		trcB  = fs.Int("trace-block-tokens", 0, "trace: engine tokens per 512-token trace block (default 512: the trace's own size)")
 		trcS  = fs.Int("trace-system-blocks", 0, "trace: leading blocks sent as the system message (default 0: the whole prompt is the user message)")
-		trcH  = fs.Int("trace-shared-head", 0, "trace: open every request with the same n blocks, as production traces whose requests share one system prompt (default 0: the trace as it is)")
+		trcH  = fs.Int("trace-shared-head", 0, "trace, trace_variants, e2e with -e2e-workloads trace: open every request with the same n blocks, as production traces whose requests share one system prompt (default 0: the trace as it is)")
 		docs  = fs.String("docs", "../docs", "docs, plots: the docs directory whose generated tables are rewritten from the records (with the README.md beside it)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -140,7 +140,7 @@ func run(args []string, logw io.Writer) error {
 		e2eWorkloads = strings.Split(*e2eW, ",")
 	}
 	e2eRun := func() error {
-		cfg := e2e.Config{Caddy: *caddy, Quick: *quick, Seed: *seed, Duration: *e2eS, Progress: logw, Commit: suite.GitCommit(), Trace: *trc}
+		cfg := e2e.Config{Caddy: *caddy, Quick: *quick, Seed: *seed, Duration: *e2eS, Progress: logw, Commit: suite.GitCommit(), Trace: *trc, TraceSharedHead: *trcH}
 		cfg.Routers, cfg.Workloads = e2eRouters, e2eWorkloads
 		if *e2eP != "" {
 			if cfg.Policies, err = e2e.PoliciesNamed(strings.Split(*e2eP, ",")); err != nil {

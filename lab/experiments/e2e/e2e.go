@@ -60,6 +60,10 @@ type Config struct {
 	// Trace is the Mooncake-format trace of the trace workload
 	// (TraceScenario), which runs alone.
 	Trace string
+	// TraceSharedHead opens every request of the trace with the same n
+	// 512-token blocks, as production traces whose requests share one
+	// system prompt (0: the trace as it is).
+	TraceSharedHead int
 }
 
 // Policy is one lb_policy llm configuration.
@@ -359,11 +363,11 @@ func Run(cfg Config) (*Record, error) {
 		if len(cfg.Workloads) > 1 {
 			return nil, fmt.Errorf("e2e: the trace workload runs alone (its replicas' caches are sized for it)")
 		}
-		w, rate, kv, err := TraceScenario(cfg.Trace, cfg.Seed, cfg.Duration, setup)
+		w, rate, kv, err := TraceScenario(cfg.Trace, cfg.Seed, cfg.Duration, setup, cfg.TraceSharedHead)
 		if err != nil {
 			return nil, err
 		}
-		traced, traceRate, setup = w, rate, traceSetup(cfg.Duration, kv, filepath.Base(cfg.Trace))
+		traced, traceRate, setup = w, rate, traceSetup(cfg.Duration, kv, filepath.Base(cfg.Trace), cfg.TraceSharedHead)
 	}
 	rec := &Record{Experiment: "e2e", Commit: cfg.Commit, Seed: cfg.Seed, Quick: cfg.Quick, Setup: setup,
 		Policies: cfg.Policies, Workloads: map[string]workload.Params{}}

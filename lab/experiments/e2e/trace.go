@@ -33,12 +33,14 @@ const TraceUtil = 0.7
 // TraceScenario returns the first requests of the trace at path that
 // arrive over d at TraceUtil of the cold capacity of setup's replicas,
 // that rate, and the KV blocks per replica of the window's working set.
-func TraceScenario(path string, seed uint64, d time.Duration, setup Setup) (*workload.Workload, float64, int, error) {
+// sharedHead > 0 opens every request with that many shared blocks
+// (trace.Options.SharedHead).
+func TraceScenario(path string, seed uint64, d time.Duration, setup Setup, sharedHead int) (*workload.Workload, float64, int, error) {
 	recs, err := trace.Load(path)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	opts := trace.Options{BlockTokens: TraceBlockTokens, Seed: seed, Parse: policies.ParseConfig{Deployment: "e2e"}}
+	opts := trace.Options{BlockTokens: TraceBlockTokens, Seed: seed, SharedHead: sharedHead, Parse: policies.ParseConfig{Deployment: "e2e"}}
 	full := trace.Describe(recs, opts)
 	ec := scenarioEngine(setup)
 	rate := TraceUtil * setup.coldRate(ec, full.MeanInputTokens, full.MeanOutputTokens)
@@ -64,9 +66,12 @@ func (s Setup) coldRate(ec simengine.Config, prompt, output float64) float64 {
 
 // traceSetup is the scenario of a trace run: scenarioSetup's replicas and
 // cap at TraceUtil, with the cache the window needs.
-func traceSetup(d time.Duration, kvBlocks int, name string) Setup {
+func traceSetup(d time.Duration, kvBlocks int, name string, sharedHead int) Setup {
 	s := scenarioSetup(d)
 	s.Util, s.KVBlocks = TraceUtil, kvBlocks
+	if sharedHead > 0 {
+		name = fmt.Sprintf("%s, every request opened with the same %d blocks (a shared system prompt),", name, sharedHead)
+	}
 	s.Note = fmt.Sprintf("%s replayed from its start: %d engine tokens per 512-token block (prompts and answers scaled by 1/%d), "+
 		"arrivals compressed to %.1f of the cold capacity of 4 replicas at engine speed 1, each replica's cache its share of the window's working set (%d blocks). "+
 		"Several routers: that many caddy processes, each request sent to one of them at random.",

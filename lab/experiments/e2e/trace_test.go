@@ -1,7 +1,12 @@
 package e2e
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmroute/caddy-llmroute/lab/experiments/sim"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/workload"
@@ -56,5 +61,59 @@ func TestTraceGoals(t *testing.T) {
 	}
 	if seen != 9 || len(goals) != 9 {
 		t.Fatalf("checked %d of %d goals, want 9", seen, len(goals))
+	}
+}
+
+// TestTraceScenarioSharedHead: with a shared head every request of the
+// window opens with the same blocks and is that much longer, and the
+// setup's note names it; without one, requests that share no trace block
+// share no key.
+func TestTraceScenarioSharedHead(t *testing.T) {
+	var b strings.Builder
+	for i := range 64 {
+		fmt.Fprintf(&b, "{\"timestamp\": %d, \"input_length\": 1024, \"output_length\": 16, \"hash_ids\": [%d, %d]}\n", i*100, 2*i+1, 2*i+2)
+	}
+	path := filepath.Join(t.TempDir(), "t.jsonl")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := 20 * time.Second
+	first := func(head int) (map[uint64]int, []int) {
+		w, _, _, err := TraceScenario(path, 1, d, scenarioSetup(d), head)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, lens := map[uint64]int{}, []int{}
+		for i := range w.Requests() {
+			r, err := w.Request(i, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys[r.Keys.Blocks[0]]++
+			lens = append(lens, r.PromptTokens)
+		}
+		return keys, lens
+	}
+	plain, plainLens := first(0)
+	headed, headLens := first(2)
+	if len(plainLens) < 8 || len(headLens) != len(plainLens) {
+		t.Fatalf("%d and %d requests, want the same window of at least 8", len(plainLens), len(headLens))
+	}
+	if len(plain) != len(plainLens) {
+		t.Errorf("without a head %d first blocks over %d requests, want all distinct", len(plain), len(plainLens))
+	}
+	if len(headed) != 1 {
+		t.Errorf("with a head %d first blocks, want one", len(headed))
+	}
+	for i := range plainLens {
+		if want := plainLens[i] + 2*TraceBlockTokens; headLens[i] != want {
+			t.Errorf("request %d: %d prompt tokens, want %d", i, headLens[i], want)
+		}
+	}
+	if note := traceSetup(d, 100, "t.jsonl", 2).Note; !strings.Contains(note, "same 2 blocks") {
+		t.Errorf("note %q does not name the head", note)
+	}
+	if note := traceSetup(d, 100, "t.jsonl", 0).Note; strings.Contains(note, "same") {
+		t.Errorf("note %q names a head there is not", note)
 	}
 }
