@@ -20,11 +20,11 @@ const DefaultIndexCapacity = 16384
 // not what the engine kept, so it is a belief that feedback corrects
 // (SetCapacity, Purge).
 //
-// Memory: about 40 bytes of heap per entry on 64-bit platforms, measured by
-// TestIndexBytesPerEntry over 100k entries: a 16-byte slot (key and two
-// int32 links) plus the map's slot and growth slack, none of it pointers
+// Memory: about 42 bytes of heap per entry on 64-bit platforms, measured by
+// TestIndexBytesPerEntry over 100k entries: a 16-byte table entry (key and
+// stamp) in a table kept under half full of live keys, none of it pointers
 // (lru.go): the garbage collector does not walk an index, however large.
-// DefaultIndexCapacity thus costs about 0.6 MiB per replica.
+// DefaultIndexCapacity thus costs about 0.5 MiB per replica.
 //
 // It is safe for concurrent use: one mutex around the store locks once per
 // chain, not once per block, and makes Insert of a chain atomic. Match reads
@@ -79,16 +79,19 @@ func (ix *Index) Insert(blocks []uint64) {
 		return
 	}
 	ix.mu.Lock()
-	ix.insertLocked(blocks, len(blocks))
+	n := 0
+	if ix.mayHold(blocks[0]) {
+		n = ix.matchLocked(blocks)
+	}
+	ix.insertLocked(blocks, n)
 	ix.mu.Unlock()
 }
 
-// insertLocked inserts the chain, whose blocks from absent on are known
-// not to be held (len(blocks): none known).
-func (ix *Index) insertLocked(blocks []uint64, absent int) {
+// insertLocked inserts the chain, whose first held blocks are held.
+func (ix *Index) insertLocked(blocks []uint64, held int) {
 	w, bit := headBit(blocks[0])
 	ix.heads[w].Or(bit)
-	ix.lru.AddChain(blocks, absent)
+	ix.lru.AddChain(blocks, held)
 }
 
 // Match returns how many leading blocks of the chain are believed resident:
@@ -101,9 +104,10 @@ func (ix *Index) insertLocked(blocks []uint64, absent int) {
 // What the index holds of a chain is always a leading run: a block's hash
 // covers its whole prefix (chain.go), so every chain that holds block i
 // holds blocks 0..i-1 too, and every Insert adds them after block i, in
-// the same locked step; block i-1 is thus always more recent than block i,
-// and eviction (least recent first, also by SetCapacity) takes a chain's
-// blocks from its end. Match therefore finds the run's end by bisection:
+// the same locked step; block i-1 is thus always at least as recent as
+// block i (stamped with the same generation or a later one), and eviction
+// (oldest generations first, also by SetCapacity) takes a chain's blocks
+// from its end. Match therefore finds the run's end by bisection:
 // about log2(len) lookups instead of one per block (TestIndexLeadingRun
 // checks it against a walk of every block).
 func (ix *Index) Match(blocks []uint64) int {
@@ -127,8 +131,6 @@ func (ix *Index) MatchInsert(blocks []uint64) int {
 	if ix.mayHold(blocks[0]) {
 		n = ix.matchLocked(blocks)
 	}
-	// What the index holds of a chain is a leading run (Match): the
-	// blocks past the n it holds are not held.
 	ix.insertLocked(blocks, n)
 	ix.mu.Unlock()
 	return n

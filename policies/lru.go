@@ -1,119 +1,251 @@
 package policies
 
-import "math"
+import (
+	"math"
+	"math/rand/v2"
+)
 
-// blockLRU is the residency index's store: a bounded set of block hashes in
-// least-recently-used order, with the semantics of golang-lru's simplelru
-// (Add moves a held key to the front, a new key past the capacity evicts
-// the least recent, Contains does not touch recency, Resize evicts from the
-// back) and no pointers: the keys' order is a doubly linked list of slot
-// indices in one slice, found through a table from key to slot (slotMap).
-// Neither holds a pointer, so the garbage collector does not walk them:
-// simplelru's list elements are one heap object with three pointers per
-// block, which a large pool's indexes (64 replicas at
-// DefaultIndexCapacity are a million blocks) make the collector visit on
-// every cycle (BenchmarkIndexGC). It also takes half the memory
-// (TestIndexBytesPerEntry).
+// blockLRU is the residency index's store: a bounded set of block hashes
+// evicted least recently used first, by generations. Every key added or
+// re-added is stamped with the current generation; a generation closes
+// once keys new to the store worth 1/genSlots of the capacity came in, or
+// it holds a quarter of the capacity (keys added again move into it), and
+// when the weight held passes the capacity the oldest generations are
+// dropped whole. Eviction is thus LRU to within a generation: what the
+// store holds is always the most recent keys, a little less of them than
+// an exact LRU would hold (TestBlockLRUApproximatesLRU bounds how much).
+//
+// Keys live in one open-addressing table of 16-byte entries (key and
+// stamp, no links), probed linearly from a seeded home. A placed prompt's
+// new blocks are mostly new keys, and a full store evicts as many: here
+// each costs the one cache line its probe reads, where a linked recency
+// list with a separate key table costs several (the new key's entry, the
+// evicted key's entry and its neighbours' links). Expired entries are
+// reused by the probes that pass them and cleared by a sweep that walks a
+// few entries per new key, closing each gap by shifting its successors
+// back (no tombstones).
 //
 // Each key has a weight (blockWeight of its place in its chain): the
 // capacity and the length count weights, so that a deep block standing
 // for many bytes of prompt takes as much of the capacity.
 //
+// Keys are block hashes, already uniform, but a client chooses its
+// prompts: they are mixed with a seed of the table's own, so that no one
+// can aim blocks at one probe run. The table holds no pointer, so the
+// garbage collector does not walk it, however large (BenchmarkIndexGC).
+//
 // It is not safe for concurrent use; Index locks around it.
 type blockLRU struct {
-	// slots[0] is the list's sentinel: its next is the most recent key,
-	// its prev the least recent. Slots of evicted keys are reused
-	// through free.
-	slots []lruSlot
-	// shift holds each slot's weight as a power of two (weight 1<<shift),
-	// beside slots so that a slot stays 16 bytes.
-	shift []uint8
-	at    slotMap // key -> slot
-	// free is the first reusable slot (chained through next), 0 for none.
-	free int32
-	len  int // the weights held
-	size int // the most weight held
+	tab  []lruEntry
+	mask uint64
+	bits uint8 // log2(len(tab))
+	seed uint64
+	used int // entries of tab that are not empty: live or expired
+
+	// cur is the generation keys are stamped with; entries stamped
+	// before oldest have expired.
+	cur, oldest uint64
+	// weights is the weight held per live generation, at gen%genRing.
+	weights [genRing]int
+	// fresh is the weight of the keys new to the store in cur.
+	fresh int
+	// behind is the generation AddChain stamps a lately stamped chain's
+	// new keys with.
+	behind uint64
+
+	len     int // the weight held
+	size    int // the most weight held
+	quantum int // fresh weight that closes a generation
+	sweep   uint64
 }
 
-// lruSlot is one key and its neighbours in recency order.
-type lruSlot struct {
-	key        uint64
-	prev, next int32
+// lruEntry is one key and its stamp: generation<<8 | weight shift. Key 0
+// marks an empty entry (lruKey moves a real 0 aside).
+type lruEntry struct {
+	key, stamp uint64
 }
 
-// maxLRUSize bounds a blockLRU: slot indices are int32.
-const maxLRUSize = math.MaxInt32 - 1
+const (
+	// genSlots is how many generations of fresh keys the capacity holds:
+	// eviction is exact to within 1/genSlots of it.
+	genSlots = 64
+	// genRing bounds the live generations, past which the oldest is
+	// dropped before the capacity asks: a generation closed by its fresh
+	// keys keeps them all while it lives (a key stamped later is in a
+	// later generation), so at most genSlots+1 of those are live; one
+	// closed by re-added keys empties as they are re-added again, and the
+	// ring keeps the keys of the last 64 capacities' worth of re-adding.
+	genRing = 4 * genSlots
+	// recentGens is how lately a chain's held run must have been stamped
+	// for AddChain to leave it as it is: 1/16 of the capacity's worth of
+	// fresh keys, which is how much earlier than an exact LRU the run may
+	// then be evicted.
+	recentGens = genSlots / 16
+	// sweepPerAdd is how many entries the sweep looks at per new key:
+	// enough that expired entries stay under 1/8 of the table.
+	sweepPerAdd = 2
+	// minLRUTable is the smallest table; it doubles while more than half
+	// of it would hold live keys.
+	minLRUTable = 1 << minLRUBits
+	minLRUBits  = 6
+	// maxLRUSize bounds a store's capacity.
+	maxLRUSize = math.MaxInt32
+	// zeroKey stands for key 0, which marks empty entries.
+	zeroKey = 0x9e3779b97f4a7c15
+)
 
-// newBlockLRU returns an empty store holding at most size keys (>= 1).
+// newBlockLRU returns an empty store holding at most size weight (>= 1).
 func newBlockLRU(size int) *blockLRU {
-	l := &blockLRU{at: newSlotMap()}
-	l.slots = make([]lruSlot, 1, 1+min(size, 1024))
-	l.shift = make([]uint8, 1, cap(l.slots))
-	l.size = min(size, maxLRUSize)
+	l := &blockLRU{seed: rand.Uint64()}
+	l.tab = make([]lruEntry, minLRUTable)
+	l.mask, l.bits = minLRUTable-1, minLRUBits
+	l.setSize(size)
 	return l
+}
+
+func (l *blockLRU) setSize(size int) {
+	l.size = min(max(size, 1), maxLRUSize)
+	l.quantum = max(l.size/genSlots, 1)
+}
+
+func lruKey(key uint64) uint64 {
+	if key == 0 {
+		return zeroKey
+	}
+	return key
+}
+
+// home is key's first entry: the top bits of the seeded key times the
+// golden ratio (Fibonacci hashing, one multiplication).
+func (l *blockLRU) home(key uint64) uint64 {
+	return ((key ^ l.seed) * 0x9e3779b97f4a7c15) >> (64 - l.bits)
 }
 
 // Contains reports whether key is held, without touching recency.
 func (l *blockLRU) Contains(key uint64) bool {
-	_, ok := l.at.get(key)
-	return ok
+	key = lruKey(key)
+	for i := l.home(key); ; i = (i + 1) & l.mask {
+		e := &l.tab[i]
+		if e.key == key {
+			return e.stamp>>8 >= l.oldest
+		}
+		if e.key == 0 {
+			return false
+		}
+	}
 }
 
-// Add makes key the most recent, adding it with weight 1<<shift (and
-// evicting the least recent keys past the capacity) when it is not held.
+// Add makes key the most recent, adding it with weight 1<<shift when it is
+// not held (and evicting the oldest generations past the capacity). A key
+// is in the table at most once: a probe stops at the key, held or expired,
+// and a new key takes the first expired entry of its probe run, or the
+// empty entry that ends it.
 func (l *blockLRU) Add(key uint64, shift uint8) {
-	if i, ok := l.at.get(key); ok {
-		l.moveFront(i, i)
+	key = lruKey(key)
+	// Most held keys are at their home entry: a shared prefix re-added
+	// is only restamped.
+	if e := &l.tab[l.home(key)]; e.key == key && e.stamp>>8 >= l.oldest && l.fresh < l.quantum {
+		l.restamp(e, l.cur)
 		return
 	}
-	l.addNew(key, shift)
+	l.add(key, shift, false)
 }
 
-// addNew is Add of a key the caller knows is not held, without looking it
-// up first: most of a new prompt's blocks (AddChain).
-func (l *blockLRU) addNew(key uint64, shift uint8) {
-	w := 1 << shift
-	for l.len+w > l.size && l.slots[0].prev != 0 {
-		l.removeOldest()
+// restamp moves a held entry to generation g, when it is older.
+func (l *blockLRU) restamp(e *lruEntry, g uint64) {
+	if old := e.stamp >> 8; old < g {
+		w := 1 << (e.stamp & 0xff)
+		l.weights[old%genRing] -= w
+		l.weights[g%genRing] += w
+		e.stamp = g<<8 | e.stamp&0xff
 	}
-	var i int32
-	if l.free != 0 {
-		i = l.free
-		l.free = l.slots[i].next
-	} else {
-		if len(l.slots) == cap(l.slots) {
-			// Grow by doubling, but never past the capacity (and its
-			// sentinel): a full store holds no unused slots.
-			grown := make([]lruSlot, len(l.slots), min(2*cap(l.slots), l.size+1))
-			copy(grown, l.slots)
-			l.slots = grown
-			shifts := make([]uint8, len(l.shift), cap(grown))
-			copy(shifts, l.shift)
-			l.shift = shifts
+}
+
+// add is Add past its fast path; with behind set, a new key is stamped
+// with generation l.behind instead of the current one (AddChain).
+func (l *blockLRU) add(key uint64, shift uint8, behind bool) {
+	if l.fresh >= l.quantum || l.weights[l.cur%genRing] >= l.size/4 {
+		l.advance()
+	}
+	g := l.cur
+	if behind {
+		g = l.behind
+	}
+	if 4*(l.used+1) > 3*len(l.tab) {
+		l.makeRoom()
+	}
+	at, reuse := uint64(0), false
+	i := l.home(key)
+	for ; ; i = (i + 1) & l.mask {
+		e := &l.tab[i]
+		if e.key == key {
+			if e.stamp>>8 >= l.oldest {
+				l.restamp(e, g)
+				return
+			}
+			at, reuse = i, true // expired: revived where it is
+			break
 		}
-		l.slots = append(l.slots, lruSlot{})
-		l.shift = append(l.shift, 0)
-		i = int32(len(l.slots) - 1)
+		if e.key == 0 {
+			break
+		}
+		if !reuse && e.stamp>>8 < l.oldest {
+			at, reuse = i, true
+		}
 	}
-	l.slots[i].key = key
-	l.shift[i] = shift
-	l.pushFront(i, i)
-	held := l.at.put(key, i)
+	if !reuse {
+		at = i
+		l.used++
+	}
+	w := 1 << shift
+	if c := l.weights[l.cur%genRing]; !behind && c > 0 && c+w > l.size {
+		l.advance() // the key would not fit beside the current generation
+		g = l.cur
+	}
+	l.tab[at] = lruEntry{key: key, stamp: g<<8 | uint64(shift)}
+	l.weights[g%genRing] += w
 	l.len += w
-	if held && key != 0 { // free slots hold key 0
-		l.dropStale(key, i) // it was held after all: see addNew's callers
+	l.fresh += w
+	l.sweepStep(sweepPerAdd)
+	l.evict()
+}
+
+// AddChain is Add of each key of a chain (keys[0] its head, each key
+// weighed by its place) from the last to the first, so that the head is
+// the most recent: under pressure a chain goes from its tail, as in an
+// engine's cache, and the blocks a shared head stands for survive longest.
+// held is how many leading keys the caller found held (Index.matchLocked).
+// When that run was stamped lately, within recentGens generations and in
+// the newer half of those the store holds, it is left
+// as it is and the keys after it join the generation of its last (its
+// oldest): a conversation's next turn, or a prompt sent again, then costs
+// only its new keys, and the chain is still evicted from its tail.
+func (l *blockLRU) AddChain(keys []uint64, held int) {
+	if held > 0 && held <= len(keys) {
+		if g, ok := l.stampOf(keys[held-1]); ok && l.cur-g < recentGens && 2*(g-l.oldest) >= l.cur-l.oldest {
+			l.behind = g
+			for i := len(keys) - 1; i >= held; i-- {
+				l.add(lruKey(keys[i]), chainShift(i), true)
+			}
+			return
+		}
+	}
+	for i := len(keys) - 1; i >= 0; i-- {
+		l.Add(keys[i], chainShift(i))
 	}
 }
 
-// dropStale frees the slot other than keep that holds key: addNew found
-// key held, which AddChain's caller said it was not (only a collision of
-// 64-bit block hashes could make the index's leading-run rule wrong). A
-// walk of the slots: it is never expected to run.
-func (l *blockLRU) dropStale(key uint64, keep int32) {
-	for j := int32(1); j < int32(len(l.slots)); j++ {
-		if j != keep && l.slots[j].key == key {
-			l.release(j) // the table holds keep for key now
-			return
+// stampOf returns the generation of a held key.
+func (l *blockLRU) stampOf(key uint64) (uint64, bool) {
+	key = lruKey(key)
+	for i := l.home(key); ; i = (i + 1) & l.mask {
+		e := &l.tab[i]
+		if e.key == key {
+			g := e.stamp >> 8
+			return g, g >= l.oldest
+		}
+		if e.key == 0 {
+			return 0, false
 		}
 	}
 }
@@ -127,116 +259,111 @@ func chainShift(i int) uint8 {
 	return uint8(min(1+(i-denseBlocks)/sparseRun, maxDoublings))
 }
 
-// AddChain is Add of each key of a chain (keys[0] its head, each key
-// weighed by its place) from the last to the first, with the same
-// result, in less time when the chain's head is held and a run of the
-// chain follows it in the recency list, as a prefix shared by many
-// requests does once they have been placed: that run is found by walking
-// the list from the head (no map lookup per key) and moved to the front in
-// one splice, instead of one lookup and relink per key. The keys after the
-// run are added one by one first, as Add would (those from absent on, which
-// the caller knows are not held, without looking them up), and when that
-// evicted the run's oldest key the run is added one by one too. It returns
-// the length of the run it moved in one splice (0: none).
-func (l *blockLRU) AddChain(keys []uint64, absent int) int {
-	first, held := l.at.get(keys[0])
-	m, last := 0, int32(0)
-	if held {
-		m, last = 1, first
-		for m < len(keys) {
-			j := l.slots[last].next
-			if j == 0 || l.slots[j].key != keys[m] {
-				break
-			}
-			last, m = j, m+1
-		}
+// advance closes the current generation.
+func (l *blockLRU) advance() {
+	if l.cur+1-l.oldest >= genRing {
+		l.drop()
 	}
-	for i := len(keys) - 1; i >= max(m, absent); i-- {
-		l.addNew(keys[i], chainShift(i))
-	}
-	for i := min(absent, len(keys)) - 1; i >= m; i-- {
-		l.Add(keys[i], chainShift(i))
-	}
-	if m == 0 {
-		return 0
-	}
-	// Eviction takes the least recent key first: the run is intact while
-	// its oldest key, keys[m-1], is still held where it was.
-	if j, ok := l.at.get(keys[m-1]); ok && j == last {
-		l.moveFront(first, last)
-		return m
-	}
-	for i := m - 1; i >= 0; i-- {
-		l.Add(keys[i], chainShift(i))
-	}
-	return 0
+	l.cur++
+	l.weights[l.cur%genRing] = 0
+	l.fresh = 0
 }
 
-// moveFront moves the linked run of slots from first to last (first the
-// most recent) to the front, keeping its order: what Add of its keys from
-// last to first does when all are held.
-func (l *blockLRU) moveFront(first, last int32) {
-	if l.slots[0].next == first {
+// drop expires the oldest live generation: its entries stay in the table
+// until a probe reuses them or the sweep clears them.
+func (l *blockLRU) drop() {
+	l.len -= l.weights[l.oldest%genRing]
+	l.weights[l.oldest%genRing] = 0
+	l.oldest++
+}
+
+// evict drops the oldest generations while the weight held passes the
+// capacity; the current one stays (a single key heavier than the capacity
+// is held, as an exact LRU holds it).
+func (l *blockLRU) evict() {
+	for l.len > l.size && l.oldest < l.cur {
+		l.drop()
+	}
+}
+
+// sweepStep looks at the next n entries, clearing those expired.
+func (l *blockLRU) sweepStep(n int) {
+	for range n {
+		i := l.sweep & l.mask
+		if e := &l.tab[i]; e.key != 0 && e.stamp>>8 < l.oldest {
+			l.remove(i) // an entry may have moved into i: look again
+			continue
+		}
+		l.sweep++
+	}
+}
+
+// remove clears entry i: the entries after it in its probe run that may
+// move back into the gap do, so that every key stays reachable from its
+// home without a tombstone.
+func (l *blockLRU) remove(i uint64) {
+	for j := (i + 1) & l.mask; l.tab[j].key != 0; j = (j + 1) & l.mask {
+		// The entry at j may fill the gap at i unless its home lies
+		// cyclically in (i, j]: then it would move before its home.
+		if h := l.home(l.tab[j].key); (j-h)&l.mask >= (j-i)&l.mask {
+			l.tab[i] = l.tab[j]
+			i = j
+		}
+	}
+	l.tab[i] = lruEntry{}
+	l.used--
+}
+
+// makeRoom clears every expired entry, then doubles the table if more than
+// half of it is still in use.
+func (l *blockLRU) makeRoom() {
+	for i := uint64(0); i < uint64(len(l.tab)); {
+		if e := &l.tab[i]; e.key != 0 && e.stamp>>8 < l.oldest {
+			l.remove(i)
+			continue
+		}
+		i++
+	}
+	if 2*(l.used+1) <= len(l.tab) {
 		return
 	}
-	l.unlink(first, last)
-	l.pushFront(first, last)
+	old := l.tab
+	l.tab = make([]lruEntry, 2*len(old))
+	l.mask = uint64(len(l.tab) - 1)
+	l.bits++
+	l.used, l.sweep = 0, 0
+	for _, e := range old {
+		if e.key == 0 || e.stamp>>8 < l.oldest {
+			continue
+		}
+		i := l.home(e.key)
+		for l.tab[i].key != 0 {
+			i = (i + 1) & l.mask
+		}
+		l.tab[i] = e
+		l.used++
+	}
 }
 
 // Len returns the weight held: the number of keys when every key weighs 1.
 func (l *blockLRU) Len() int { return l.len }
 
-// Resize changes the capacity (in weight), evicting the least recent keys
-// past it.
+// Resize changes the capacity (in weight), evicting the oldest generations
+// past it; when the current one alone is past it, it goes too.
 func (l *blockLRU) Resize(size int) {
-	l.size = min(max(size, 1), maxLRUSize)
-	for l.len > l.size && l.slots[0].prev != 0 {
-		l.removeOldest()
+	l.setSize(size)
+	l.evict()
+	if l.len > l.size {
+		l.advance()
+		l.evict()
 	}
 }
 
 // Purge removes every key.
 func (l *blockLRU) Purge() {
-	l.at.clear()
-	l.slots = l.slots[:1]
-	l.slots[0] = lruSlot{}
-	l.shift = l.shift[:1]
-	l.free, l.len = 0, 0
-}
-
-// removeOldest evicts the least recent key.
-func (l *blockLRU) removeOldest() {
-	i := l.slots[0].prev
-	if i == 0 {
-		return
-	}
-	l.at.del(l.slots[i].key)
-	l.release(i)
-}
-
-// release takes slot i out of the recency list and its weight out of the
-// length, and makes it reusable; the table is the caller's to mend.
-func (l *blockLRU) release(i int32) {
-	l.unlink(i, i)
-	l.len -= 1 << l.shift[i]
-	l.slots[i] = lruSlot{next: l.free}
-	l.free = i
-}
-
-// unlink takes the linked run of slots from first to last (first the
-// more recent; first == last for one slot) out of the recency list.
-func (l *blockLRU) unlink(first, last int32) {
-	prev, next := l.slots[first].prev, l.slots[last].next
-	l.slots[prev].next = next
-	l.slots[next].prev = prev
-}
-
-// pushFront links the run from first to last (first == last for one
-// slot) as the most recent, in its order.
-func (l *blockLRU) pushFront(first, last int32) {
-	front := l.slots[0].next
-	l.slots[first].prev = 0
-	l.slots[last].next = front
-	l.slots[front].prev = last
-	l.slots[0].next = first
+	clear(l.tab)
+	clear(l.weights[:])
+	l.used, l.len, l.fresh = 0, 0, 0
+	l.cur++
+	l.oldest = l.cur
 }
