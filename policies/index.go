@@ -24,7 +24,8 @@ const DefaultIndexCapacity = 16384
 // TestIndexBytesPerEntry over 100k entries: a 16-byte table entry (key and
 // stamp) in a table kept under half full of live keys, none of it pointers
 // (lru.go): the garbage collector does not walk an index, however large.
-// DefaultIndexCapacity thus costs about 0.5 MiB per replica.
+// DefaultIndexCapacity thus costs about 0.5 MiB per replica, and any index
+// 8 KiB of generation counts.
 //
 // It is safe for concurrent use: one mutex around the store locks once per
 // chain, not once per block, and makes Insert of a chain atomic. Match reads

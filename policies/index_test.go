@@ -213,10 +213,22 @@ func TestIndexHeadFilter(t *testing.T) {
 // prefix), placed, re-placed and evicted under a small, changing capacity,
 // what the index holds of any chain is a leading run, and Match equals a
 // walk of every block. The counts show that every kind of answer was met:
-// nothing held, part of a chain, all of it.
+// nothing held, part of a chain, all of it; at the larger capacity, whose
+// generations hold many keys, placements whose held run was stamped lately
+// (left as it is, the new blocks joining its generation) were met too.
 func TestIndexLeadingRun(t *testing.T) {
+	for _, tc := range []struct {
+		cap, grow int // capacity, most new blocks a prompt adds
+	}{{cap: 48, grow: 12}, {cap: 3000, grow: 120}} {
+		t.Run(fmt.Sprintf("cap=%d", tc.cap), func(t *testing.T) {
+			leadingRun(t, tc.cap, tc.grow)
+		})
+	}
+}
+
+func leadingRun(t *testing.T, capacity, most int) {
 	r := rand.New(rand.NewPCG(5, 6))
-	ix := NewIndex(48)
+	ix := NewIndex(capacity)
 	var chains [][]uint64
 	next := uint64(1)
 	grow := func(base []uint64, n int) []uint64 {
@@ -227,7 +239,16 @@ func TestIndexLeadingRun(t *testing.T) {
 		}
 		return c
 	}
-	var none, partial, whole int
+	var none, partial, whole, lately int
+	place := func(c []uint64) {
+		l := ix.lru
+		if n := ix.Match(c); n > 0 {
+			if g, ok := l.stampOf(c[n-1]); ok && l.cur-g < recentGens && 2*(g-l.oldest) >= l.cur-l.oldest {
+				lately++
+			}
+		}
+		ix.MatchInsert(c)
+	}
 	for op := range 30000 {
 		switch k := r.IntN(100); {
 		case k < 15 || len(chains) == 0:
@@ -238,13 +259,13 @@ func TestIndexLeadingRun(t *testing.T) {
 				b := chains[r.IntN(len(chains))]
 				base = b[:1+r.IntN(len(b))]
 			}
-			c := grow(base, 1+r.IntN(12))
+			c := grow(base, 1+r.IntN(most))
 			chains = append(chains, c)
-			ix.MatchInsert(c)
+			place(c)
 		case k < 45:
-			ix.MatchInsert(chains[r.IntN(len(chains))])
+			place(chains[r.IntN(len(chains))])
 		case k == 45:
-			ix.SetCapacity(8 + r.IntN(160))
+			ix.SetCapacity(capacity/6 + r.IntN(capacity*10/3))
 		case k == 46 && r.IntN(50) == 0:
 			ix.Purge()
 		default:
@@ -280,10 +301,13 @@ func TestIndexLeadingRun(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("matches: %d none, %d partial, %d whole", none, partial, whole)
+	t.Logf("matches: %d none, %d partial, %d whole; %d placements of a lately stamped run", none, partial, whole, lately)
 	assert.Greater(t, none, 500)
 	assert.Greater(t, partial, 500)
 	assert.Greater(t, whole, 500)
+	if capacity > genSlots {
+		assert.Greater(t, lately, 500)
+	}
 }
 
 // BenchmarkIndexGC measures what the residency indexes of a large pool
@@ -346,6 +370,29 @@ func BenchmarkIndexPlace(b *testing.B) {
 			}
 		})
 	}
+	// A conversation's turns: each prompt is the one before it and 8
+	// blocks more (an agent's next tool result), 16 conversations in turn
+	// on one replica, up to the chain's cap.
+	b.Run("turns", func(b *testing.B) {
+		ix := NewIndex(DefaultIndexCapacity)
+		convs := make([][]uint64, 16)
+		n := uint64(0)
+		for b.Loop() {
+			i := int(n % uint64(len(convs)))
+			c := convs[i]
+			if len(c)+8 > DefaultMaxBlocks {
+				c = c[:0]
+			}
+			for range 8 {
+				n++
+				c = append(c, mix64(uint64(i)<<48|n))
+			}
+			convs[i] = c
+			if ix.MatchInsert(c) > len(c)-8 {
+				b.Fatal("a turn's new blocks matched")
+			}
+		}
+	})
 	// New prompts into a full index: 20 shared blocks, then 300 of their
 	// own, each evicting an old block (a long agent history, or the
 	// bench's distinct bodies).

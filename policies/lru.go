@@ -9,7 +9,7 @@ import (
 // evicted least recently used first, by generations. Every key added or
 // re-added is stamped with the current generation; a generation closes
 // once keys new to the store worth 1/genSlots of the capacity came in, or
-// it holds a quarter of the capacity (keys added again move into it), and
+// it holds a sixteenth of the capacity (keys added again move into it), and
 // when the weight held passes the capacity the oldest generations are
 // dropped whole. Eviction is thus LRU to within a generation: what the
 // store holds is always the most recent keys, a little less of them than
@@ -68,7 +68,7 @@ type lruEntry struct {
 const (
 	// genSlots is how many generations of fresh keys the capacity holds:
 	// eviction is exact to within 1/genSlots of it.
-	genSlots = 64
+	genSlots = 256
 	// genRing bounds the live generations, past which the oldest is
 	// dropped before the capacity asks: a generation closed by its fresh
 	// keys keeps them all while it lives (a key stamped later is in a
@@ -82,7 +82,8 @@ const (
 	// then be evicted.
 	recentGens = genSlots / 16
 	// sweepPerAdd is how many entries the sweep looks at per new key:
-	// enough that expired entries stay under 1/8 of the table.
+	// with the probes reusing the expired entries they pass, enough that
+	// a table seldom needs clearing whole (makeRoom).
 	sweepPerAdd = 2
 	// minLRUTable is the smallest table; it doubles while more than half
 	// of it would hold live keys.
@@ -164,7 +165,7 @@ func (l *blockLRU) restamp(e *lruEntry, g uint64) {
 // add is Add past its fast path; with behind set, a new key is stamped
 // with generation l.behind instead of the current one (AddChain).
 func (l *blockLRU) add(key uint64, shift uint8, behind bool) {
-	if l.fresh >= l.quantum || l.weights[l.cur%genRing] >= l.size/4 {
+	if l.fresh >= l.quantum || l.weights[l.cur%genRing] >= l.size/16 {
 		l.advance()
 	}
 	g := l.cur
