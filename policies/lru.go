@@ -145,7 +145,7 @@ func (l *blockLRU) Add(key uint64, shift uint8) {
 	key = lruKey(key)
 	// Most held keys are at their home entry: a shared prefix re-added
 	// is only restamped.
-	if e := &l.tab[l.home(key)]; e.key == key && e.stamp>>8 >= l.oldest && l.fresh < l.quantum {
+	if e := &l.tab[l.home(key)]; e.key == key && e.stamp>>8 >= l.oldest && !l.closing() {
 		l.restamp(e, l.cur)
 		return
 	}
@@ -165,7 +165,7 @@ func (l *blockLRU) restamp(e *lruEntry, g uint64) {
 // add is Add past its fast path; with behind set, a new key is stamped
 // with generation l.behind instead of the current one (AddChain).
 func (l *blockLRU) add(key uint64, shift uint8, behind bool) {
-	if l.fresh >= l.quantum || l.weights[l.cur%genRing] >= l.size/16 {
+	if l.closing() {
 		l.advance()
 	}
 	g := l.cur
@@ -258,6 +258,12 @@ func chainShift(i int) uint8 {
 		return 0
 	}
 	return uint8(min(1+(i-denseBlocks)/sparseRun, maxDoublings))
+}
+
+// closing reports whether the current generation is to close before the
+// next key is stamped.
+func (l *blockLRU) closing() bool {
+	return l.fresh >= l.quantum || l.weights[l.cur%genRing] >= l.size/16
 }
 
 // advance closes the current generation.

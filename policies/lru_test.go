@@ -189,3 +189,58 @@ func TestBlockLRUChurn(t *testing.T) {
 	require.Zero(t, l.Len())
 	require.False(t, l.Contains(mix64(1_000_000)))
 }
+
+// TestBlockLRUSeedFree: the table's seed moves where keys lie, never what
+// is held. Two stores with different seeds play the same chains, resizes
+// and purges and hold the same keys with the same length after each.
+func TestBlockLRUSeedFree(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	a, b := newBlockLRU(700), newBlockLRU(700)
+	b.seed = a.seed ^ 0x5555
+	var chains [][]uint64
+	next := uint64(1)
+	checked := 0
+	for op := range 20000 {
+		switch k := r.IntN(100); {
+		case k < 60 || len(chains) == 0:
+			var c []uint64
+			if len(chains) > 0 && r.IntN(2) == 0 {
+				base := chains[r.IntN(len(chains))]
+				c = append(c, base[:1+r.IntN(len(base))]...)
+			}
+			for range 1 + r.IntN(40) {
+				c = append(c, mix64(next))
+				next++
+			}
+			chains = append(chains, c)
+			held := 0
+			for held < len(c) && a.Contains(c[held]) {
+				held++
+			}
+			a.AddChain(c, held)
+			b.AddChain(c, held)
+		case k < 95:
+			c := chains[r.IntN(len(chains))]
+			a.AddChain(c, 0)
+			b.AddChain(c, 0)
+		case k < 99:
+			n := 100 + r.IntN(1200)
+			a.Resize(n)
+			b.Resize(n)
+		default:
+			a.Purge()
+			b.Purge()
+		}
+		require.Equal(t, a.Len(), b.Len(), "op %d", op)
+		if op%50 == 0 {
+			for _, c := range chains[max(0, len(chains)-40):] {
+				for _, key := range c {
+					require.Equal(t, a.Contains(key), b.Contains(key), "op %d", op)
+					checked++
+				}
+			}
+		}
+	}
+	t.Logf("%d keys compared", checked)
+	require.Greater(t, checked, 100000)
+}
