@@ -75,18 +75,9 @@ func NewIndex(capacityBlocks int) *Index {
 // replica. It adds them tail first so that the head is the most recently
 // used: under pressure a chain is evicted from its tail, like an engine's
 // cache, and a shared head (system prompt) survives longest.
-func (ix *Index) Insert(blocks []uint64) {
-	if ix == nil || len(blocks) == 0 {
-		return
-	}
-	ix.mu.Lock()
-	n := 0
-	if ix.mayHold(blocks[0]) {
-		n = ix.matchLocked(blocks)
-	}
-	ix.insertLocked(blocks, n)
-	ix.mu.Unlock()
-}
+// The held run is matched first, as MatchInsert does: the store places a
+// lately stamped run's new blocks without restamping it (blockLRU.AddChain).
+func (ix *Index) Insert(blocks []uint64) { ix.MatchInsert(blocks) }
 
 // insertLocked inserts the chain, whose first held blocks are held.
 func (ix *Index) insertLocked(blocks []uint64, held int) {

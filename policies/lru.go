@@ -49,9 +49,6 @@ type blockLRU struct {
 	weights [genRing]int
 	// fresh is the weight of the keys new to the store in cur.
 	fresh int
-	// behind is the generation AddChain stamps a lately stamped chain's
-	// new keys with.
-	behind uint64
 
 	len     int // the weight held
 	size    int // the most weight held
@@ -124,14 +121,21 @@ func (l *blockLRU) home(key uint64) uint64 {
 
 // Contains reports whether key is held, without touching recency.
 func (l *blockLRU) Contains(key uint64) bool {
+	_, ok := l.stampOf(key)
+	return ok
+}
+
+// stampOf returns the generation of a held key.
+func (l *blockLRU) stampOf(key uint64) (uint64, bool) {
 	key = lruKey(key)
 	for i := l.home(key); ; i = (i + 1) & l.mask {
 		e := &l.tab[i]
 		if e.key == key {
-			return e.stamp>>8 >= l.oldest
+			g := e.stamp >> 8
+			return g, g >= l.oldest
 		}
 		if e.key == 0 {
-			return false
+			return 0, false
 		}
 	}
 }
@@ -149,7 +153,7 @@ func (l *blockLRU) Add(key uint64, shift uint8) {
 		l.restamp(e, l.cur)
 		return
 	}
-	l.add(key, shift, false)
+	l.add(key, shift, 0, false)
 }
 
 // restamp moves a held entry to generation g, when it is older.
@@ -163,14 +167,14 @@ func (l *blockLRU) restamp(e *lruEntry, g uint64) {
 }
 
 // add is Add past its fast path; with behind set, a new key is stamped
-// with generation l.behind instead of the current one (AddChain).
-func (l *blockLRU) add(key uint64, shift uint8, behind bool) {
+// with generation back instead of the current one (AddChain).
+func (l *blockLRU) add(key uint64, shift uint8, back uint64, behind bool) {
 	if l.closing() {
 		l.advance()
 	}
 	g := l.cur
 	if behind {
-		g = l.behind
+		g = back
 	}
 	if 4*(l.used+1) > 3*len(l.tab) {
 		l.makeRoom()
@@ -217,37 +221,20 @@ func (l *blockLRU) add(key uint64, shift uint8, behind bool) {
 // engine's cache, and the blocks a shared head stands for survive longest.
 // held is how many leading keys the caller found held (Index.matchLocked).
 // When that run was stamped lately, within recentGens generations and in
-// the newer half of those the store holds, it is left
-// as it is and the keys after it join the generation of its last (its
-// oldest): a conversation's next turn, or a prompt sent again, then costs
+// the newer half of those the store holds, it is left as it is and the
+// keys after it join the generation of its last (its oldest): a conversation's next turn, or a prompt sent again, then costs
 // only its new keys, and the chain is still evicted from its tail.
 func (l *blockLRU) AddChain(keys []uint64, held int) {
 	if held > 0 && held <= len(keys) {
 		if g, ok := l.stampOf(keys[held-1]); ok && l.cur-g < recentGens && 2*(g-l.oldest) >= l.cur-l.oldest {
-			l.behind = g
 			for i := len(keys) - 1; i >= held; i-- {
-				l.add(lruKey(keys[i]), chainShift(i), true)
+				l.add(lruKey(keys[i]), chainShift(i), g, true)
 			}
 			return
 		}
 	}
 	for i := len(keys) - 1; i >= 0; i-- {
 		l.Add(keys[i], chainShift(i))
-	}
-}
-
-// stampOf returns the generation of a held key.
-func (l *blockLRU) stampOf(key uint64) (uint64, bool) {
-	key = lruKey(key)
-	for i := l.home(key); ; i = (i + 1) & l.mask {
-		e := &l.tab[i]
-		if e.key == key {
-			g := e.stamp >> 8
-			return g, g >= l.oldest
-		}
-		if e.key == 0 {
-			return 0, false
-		}
 	}
 }
 
