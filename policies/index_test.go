@@ -419,8 +419,18 @@ func BenchmarkIndexPlace(b *testing.B) {
 	// own (96 sparse blocks weighing 256), placed in turn on 4 full
 	// indexes at DefaultIndexCapacity: every placement evicts as much as
 	// it adds, from tables that no longer fit a core's cache.
-	b.Run("fresh=96/replicas=4", func(b *testing.B) {
-		ixs := make([]*Index, 4)
+	for _, replicas := range []int{4, 64} {
+		b.Run(fmt.Sprintf("fresh=96/replicas=%d", replicas), func(b *testing.B) { benchFresh96(b, replicas) })
+	}
+}
+
+// benchFresh96 places the proxy bench's 64 KiB prompts in turn on that
+// many replicas' full indexes. With 64 the tables (0.5 MiB each) are
+// colder than a core's caches, as every table is in a proxy that moves
+// the requests' bodies through the same caches.
+func benchFresh96(b *testing.B, replicas int) {
+	{
+		ixs := make([]*Index, replicas)
 		for i := range ixs {
 			ixs[i] = NewIndex(DefaultIndexCapacity)
 		}
@@ -429,7 +439,7 @@ func BenchmarkIndexPlace(b *testing.B) {
 		place := func(r int) int {
 			for j := range chain {
 				if j < 256 {
-					chain[j] = mix64(uint64(r%8)<<32 | uint64(j))
+					chain[j] = mix64(uint64(r/replicas%8)<<32 | uint64(j))
 				} else {
 					n++
 					chain[j] = mix64(n<<16 | uint64(j))
@@ -437,7 +447,7 @@ func BenchmarkIndexPlace(b *testing.B) {
 			}
 			return ixs[r%len(ixs)].MatchInsert(chain)
 		}
-		for r := range 4 * DefaultIndexCapacity / 256 {
+		for r := range replicas * DefaultIndexCapacity / 256 {
 			place(r)
 		}
 		r := 0
@@ -447,5 +457,5 @@ func BenchmarkIndexPlace(b *testing.B) {
 			}
 			r++
 		}
-	})
+	}
 }

@@ -54,6 +54,7 @@ type blockLRU struct {
 	size    int // the most weight held
 	quantum int // fresh weight that closes a generation
 	sweep   uint64
+	warmed  uint64 // what warm read, kept so that its loads are made
 }
 
 // lruEntry is one key and its stamp: generation<<8 | weight shift. Key 0
@@ -233,9 +234,23 @@ func (l *blockLRU) AddChain(keys []uint64, held int) {
 			return
 		}
 	}
+	l.warm(keys)
 	for i := len(keys) - 1; i >= 0; i-- {
 		l.Add(keys[i], chainShift(i))
 	}
+}
+
+// warm reads the home entry of every key before the adds do. A chain's
+// entries are scattered over a table larger than a core's caches, and an
+// add waits on its entry before the next one's load can start; these
+// loads depend on nothing but the key, so the core has many of them in
+// flight at once, and the adds then find their entries cached.
+func (l *blockLRU) warm(keys []uint64) {
+	var x uint64
+	for _, k := range keys {
+		x ^= l.tab[l.home(lruKey(k))].key
+	}
+	l.warmed = x
 }
 
 // chainShift is the weight, as a power of two, of the i-th block of a
