@@ -93,13 +93,9 @@ func ChainBlocks(bytes, blockBytes int) int {
 // sink receives the canonical rendering of a prompt, its text escaped as
 // in a JSON string (writeText, writeLit): a string literal of the body is
 // then most often copied as it is, where decoding it would cost a pass
-// over source code dense in escapes. With digest set it
-// only feeds that running hash (used for the leading-key fields); otherwise
-// it cuts the stream into blocks and chains their hashes. It never holds
-// more than one block of the prompt.
+// over source code dense in escapes. It cuts the stream into blocks and
+// chains their hashes, and never holds more than one block of the prompt.
 type sink struct {
-	digest *xxhash.Digest
-
 	// buf holds the previous block's hash (little endian) in buf[:8] and
 	// the current block's bytes in buf[8:8+n]; it is 8 bytes longer than
 	// the current block.
@@ -127,10 +123,6 @@ func (c *sink) initChain(leading uint64, blockSize, maxBlocks, sizeHint int) {
 // markup (headers, terminators, raw JSON), and text already escaped;
 // other text goes through writeText.
 func (c *sink) WriteString(s string) {
-	if c.digest != nil {
-		c.digest.WriteString(s)
-		return
-	}
 	c.total += len(s)
 	for len(s) > 0 && len(c.blocks) < c.max {
 		k := copy(c.buf[8+c.n:], s)
@@ -142,10 +134,6 @@ func (c *sink) WriteString(s string) {
 
 // Write appends p to the rendering as it is, like WriteString.
 func (c *sink) Write(p []byte) {
-	if c.digest != nil {
-		c.digest.Write(p)
-		return
-	}
 	c.total += len(p)
 	for len(p) > 0 && len(c.blocks) < c.max {
 		k := copy(c.buf[8+c.n:], p)
@@ -176,17 +164,31 @@ func (c *sink) flush() {
 	c.n = 0
 }
 
-// leadingKey combines the leading-key fields. Each field is hashed on its own
-// and the fixed-size hashes are hashed together, so field boundaries cannot
-// shift: ("ab","c") and ("a","bc") give different keys. It never returns 0,
-// which Keys reserves for "no key".
-func leadingKey(deployment, model, salt string, tools, system uint64) uint64 {
-	var b [40]byte
+// sofar identifies the rendering written so far: the last full block's
+// hash (or the chain's seed) chained with the bytes after it, and the
+// count of bytes written, which covers what lies past the block cap. The
+// leading key takes the leading run's identity from it, so that the run is
+// rendered and hashed once, with the rest of the prompt.
+func (c *sink) sofar() uint64 {
+	return xxh3.HashSeed(c.buf[:8+c.n], uint64(c.total))
+}
+
+// leadingKey combines the leading-key fields: the deployment, the model,
+// cache_salt and the leading run's identity (sink.sofar; 0 for the chain's
+// seed). Each string is hashed on its own and the fixed-size hashes are
+// hashed together, so field boundaries cannot shift: ("ab","c") and
+// ("a","bc") give different keys. Tools are not among them: they are
+// rendered into the chain right after the leading run (renderTools), where
+// chat templates put them, so that requests with one system prompt and
+// different tools share a home and the system prompt's blocks, as the
+// engine shares those tokens. It never returns 0, which Keys reserves for
+// "no key".
+func leadingKey(deployment, model, salt string, run uint64) uint64 {
+	var b [32]byte
 	binary.LittleEndian.PutUint64(b[0:], xxhash.Sum64String(deployment))
 	binary.LittleEndian.PutUint64(b[8:], xxhash.Sum64String(model))
 	binary.LittleEndian.PutUint64(b[16:], xxhash.Sum64String(salt))
-	binary.LittleEndian.PutUint64(b[24:], tools)
-	binary.LittleEndian.PutUint64(b[32:], system)
+	binary.LittleEndian.PutUint64(b[24:], run)
 	k := xxhash.Sum64(b[:])
 	if k == 0 {
 		k = 1

@@ -11,12 +11,16 @@ import (
 )
 
 // TestChainFormula recomputes a chain by hand: block i hashes the previous
-// hash (little endian; the leading key for block 0) followed by the block.
+// hash (little endian; for block 0 the seed of the deployment, model and
+// salt) followed by the block; the leading key hashes those fields with the
+// identity of the leading run (here empty: the seed, no bytes).
 func TestChainFormula(t *testing.T) {
 	p := strings.Repeat("abcdefghij", 30) // 300 bytes: two full blocks of 128
 	req := mustParse(t, "/v1/completions", `{"model":"m","prompt":"`+p+`"}`, ParseConfig{Deployment: "d"})
 	require.Len(t, req.Keys.Blocks, 2)
-	prev := req.Keys.Leading
+	prev := leadingKey("d", "m", "", 0)
+	run := xxh3.HashSeed(binary.LittleEndian.AppendUint64(nil, prev), 0)
+	assert.Equal(t, leadingKey("d", "m", "", run), req.Keys.Leading)
 	for i := 0; i < 2; i++ {
 		b := binary.LittleEndian.AppendUint64(nil, prev)
 		b = append(b, p[i*128:(i+1)*128]...)
@@ -180,4 +184,45 @@ func TestToolsFollowTheSystemPrompt(t *testing.T) {
 	assert.Equal(t, lead, a.Keys.LeadingBlocks)
 	assert.NotEqual(t, a.Keys.Blocks[lead], b.Keys.Blocks[lead], "the chains part where the tools begin")
 	assert.Greater(t, len(a.Keys.Blocks), len(none.Keys.Blocks), "the tools are in the chain")
+}
+
+// TestLeadingKeySystemRun: the leading key identifies the leading run by
+// the chain's state where it ends, so that the run is hashed once; that
+// state must still tell apart every run that differs, in a partial block
+// after the last full one, or past the block cap by its length.
+func TestLeadingKeySystemRun(t *testing.T) {
+	const chat = "/v1/chat/completions"
+	user := "What is the capital of France?"
+	sys := strings.Repeat("You are a helpful assistant. ", 20) // 580 bytes: full blocks and a partial one
+	parse := func(cfg ParseConfig, msgs ...string) *Request {
+		return mustParse(t, chat, chatBodyOf(t, "", msgs...), cfg)
+	}
+	base := parse(ParseConfig{}, "system", sys, "user", user)
+	keys := map[uint64]string{base.Keys.Leading: "base"}
+	for name, r := range map[string]*Request{
+		"last byte":       parse(ParseConfig{}, "system", sys[:len(sys)-1]+"!", "user", user),
+		"first byte":      parse(ParseConfig{}, "system", "y"+sys[1:], "user", user),
+		"one byte more":   parse(ParseConfig{}, "system", sys+" ", "user", user),
+		"no system":       parse(ParseConfig{}, "user", user),
+		"as a developer":  parse(ParseConfig{}, "developer", sys, "user", user),
+		"two systems":     parse(ParseConfig{}, "system", sys[:100], "system", sys[100:], "user", user),
+		"other model cfg": parse(ParseConfig{Deployment: "d2"}, "system", sys, "user", user),
+	} {
+		prev, dup := keys[r.Keys.Leading]
+		assert.False(t, dup, "%s has %s's leading key", name, prev)
+		keys[r.Keys.Leading] = name
+	}
+	assert.Equal(t, base.Keys.Leading, parse(ParseConfig{}, "system", sys, "user", "Something else entirely.").Keys.Leading,
+		"the leading key does not depend on what follows the run")
+
+	// Past the cap only the run's length is seen: runs of one length that
+	// differ there share a key, as they share every block.
+	capped := ParseConfig{BlockSize: 16, MaxBlocks: 4}
+	a := parse(capped, "system", sys, "user", user)
+	b := parse(capped, "system", sys[:300]+"X"+sys[301:], "user", user)
+	c := parse(capped, "system", sys+"!", "user", user)
+	require.Len(t, a.Keys.Blocks, 4)
+	assert.Equal(t, a.Keys.Blocks, b.Keys.Blocks)
+	assert.Equal(t, a.Keys.Leading, b.Keys.Leading)
+	assert.NotEqual(t, a.Keys.Leading, c.Keys.Leading, "a longer run past the cap")
 }

@@ -26,8 +26,9 @@ type Keys struct {
 	// tools and the leading system/developer messages. Zero means no key.
 	Leading uint64
 	// Blocks is the chain of block hashes over the canonical rendering of
-	// the whole prompt; Blocks[0] is seeded with Leading and every later
-	// block with the one before it. Capped at ParseConfig.MaxBlocks.
+	// the whole prompt; Blocks[0] is seeded with the deployment identity,
+	// the model and cache_salt, every later block with the one before it.
+	// Capped at ParseConfig.MaxBlocks.
 	Blocks []uint64
 	// BlockBytes is the size in bytes of the rendering the chain's first
 	// blocks cover (ParseConfig.BlockSize); deeper blocks are larger

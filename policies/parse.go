@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/cespare/xxhash/v2"
 )
 
 // ParseConfig holds what Parse needs beyond the request itself.
@@ -251,30 +249,19 @@ func keysChat(req *Request, b *chatBody, cfg ParseConfig, sizeHint int) {
 		}
 	}
 
-	var d xxhash.Digest
-	d.Reset()
-	lead := sink{digest: &d}
-	for i := range msgs {
-		if !isSystem(msgs[i].Role.s) {
-			break
-		}
-		renderChatMessage(&lead, &msgs[i])
-	}
-	leading := leadingKey(cfg.Deployment, req.Model, req.CacheSalt, noTools, d.Sum64())
-
 	var c sink
-	c.initChain(leading, cfg.BlockSize, cfg.MaxBlocks, sizeHint)
+	c.initChain(chainSeed(cfg, req), cfg.BlockSize, cfg.MaxBlocks, sizeHint)
 	tools := toolsCanonical(&b.commonBody)
-	leadBlocks := -1
+	leading, leadBlocks := uint64(0), -1
 	for i := range msgs {
 		if leadBlocks < 0 && !isSystem(msgs[i].Role.s) {
-			leadBlocks = len(c.blocks)
+			leading, leadBlocks = c.leading(cfg, req), len(c.blocks)
 			renderTools(&c, tools)
 		}
 		renderChatMessage(&c, &msgs[i])
 	}
 	if leadBlocks < 0 {
-		leadBlocks = len(c.blocks)
+		leading, leadBlocks = c.leading(cfg, req), len(c.blocks)
 		renderTools(&c, tools)
 	}
 	setKeys(req, leading, &c, leadBlocks, answerMessage)
@@ -289,11 +276,9 @@ func keysCompletions(req *Request, b *completionsBody, cfg ParseConfig, sizeHint
 		req.NoPrefix = NoPrefixPromptShape
 		return
 	}
-	var d xxhash.Digest
-	d.Reset()
-	leading := leadingKey(cfg.Deployment, req.Model, req.CacheSalt, noTools, d.Sum64())
 	var c sink
-	c.initChain(leading, cfg.BlockSize, cfg.MaxBlocks, sizeHint)
+	c.initChain(chainSeed(cfg, req), cfg.BlockSize, cfg.MaxBlocks, sizeHint)
+	leading := c.leading(cfg, req)
 	renderTools(&c, toolsCanonical(&b.commonBody))
 	renderPrompt(&c, &b.Prompt)
 	// Only a single string prompt is continued by its completion's text;
@@ -333,47 +318,47 @@ func keysResponses(req *Request, b *responsesBody, text *jsonText, cfg ParseConf
 	// the tools follow it, as in keysChat.
 	leadBlocks := -1
 	tools := toolsCanonical(&b.commonBody)
-	render := func(w *sink, leadingOnly bool) {
-		if b.Instructions.kind != shapeAbsent {
-			header(w, "system")
-			b.Instructions.render(w)
-			w.WriteString(endTag)
-		}
-		if text != nil {
-			if !leadingOnly {
-				leadBlocks = len(w.blocks)
-				renderTools(w, tools)
-				renderText(w, "user", text.s)
-			}
-			return
-		}
-		for i := range items {
-			it := &items[i]
-			if it.kind() != "message" || !isSystem(it.Role.s) {
-				if leadingOnly {
-					return
-				}
-				if leadBlocks < 0 {
-					leadBlocks = len(w.blocks)
-					renderTools(w, tools)
-				}
-			}
-			renderItem(w, it)
-		}
-		if !leadingOnly && leadBlocks < 0 {
-			leadBlocks = len(w.blocks)
-			renderTools(w, tools)
-		}
-	}
-	var d xxhash.Digest
-	d.Reset()
-	lead := sink{digest: &d}
-	render(&lead, true)
-	leading := leadingKey(cfg.Deployment, req.Model, req.CacheSalt, noTools, d.Sum64())
 	var c sink
-	c.initChain(leading, cfg.BlockSize, cfg.MaxBlocks, sizeHint)
-	render(&c, false)
+	c.initChain(chainSeed(cfg, req), cfg.BlockSize, cfg.MaxBlocks, sizeHint)
+	leading := uint64(0)
+	endLead := func() {
+		leading, leadBlocks = c.leading(cfg, req), len(c.blocks)
+		renderTools(&c, tools)
+	}
+	if b.Instructions.kind != shapeAbsent {
+		header(&c, "system")
+		b.Instructions.render(&c)
+		c.WriteString(endTag)
+	}
+	if text != nil {
+		endLead()
+		renderText(&c, "user", text.s)
+		setKeys(req, leading, &c, leadBlocks, answerMessage)
+		return
+	}
+	for i := range items {
+		it := &items[i]
+		if leadBlocks < 0 && (it.kind() != "message" || !isSystem(it.Role.s)) {
+			endLead()
+		}
+		renderItem(&c, it)
+	}
+	if leadBlocks < 0 {
+		endLead()
+	}
 	setKeys(req, leading, &c, leadBlocks, answerMessage)
+}
+
+// chainSeed seeds a request's chain: the leading key's fields but its
+// leading run, which the chain renders first.
+func chainSeed(cfg ParseConfig, req *Request) uint64 {
+	return leadingKey(cfg.Deployment, req.Model, req.CacheSalt, 0)
+}
+
+// leading is the leading key of a chain whose leading run was just
+// rendered (sofar).
+func (c *sink) leading(cfg ParseConfig, req *Request) uint64 {
+	return leadingKey(cfg.Deployment, req.Model, req.CacheSalt, c.sofar())
 }
 
 // setKeys stores the chain's result in req: leadBlocks of its blocks lie

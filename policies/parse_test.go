@@ -251,9 +251,9 @@ func TestParseLeadingKey(t *testing.T) {
 }
 
 func TestLeadingKeyFieldBoundaries(t *testing.T) {
-	assert.NotEqual(t, leadingKey("ab", "c", "", 0, 0), leadingKey("a", "bc", "", 0, 0))
-	assert.NotEqual(t, leadingKey("", "ab", "c", 0, 0), leadingKey("", "a", "bc", 0, 0))
-	assert.NotEqual(t, leadingKey("d", "", "", 0, 0), leadingKey("", "d", "", 0, 0))
+	assert.NotEqual(t, leadingKey("ab", "c", "", 0), leadingKey("a", "bc", "", 0))
+	assert.NotEqual(t, leadingKey("", "ab", "c", 0), leadingKey("", "a", "bc", 0))
+	assert.NotEqual(t, leadingKey("d", "", "", 0), leadingKey("", "d", "", 0))
 }
 
 // TestParseRenderedFields checks that every field the rendering includes

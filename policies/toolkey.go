@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"sync"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/llmroute/caddy-llmroute/internal/jsonscan"
 )
 
@@ -98,19 +96,6 @@ func (f *toolsForm) append(out, raw []byte) (int, []byte) {
 	}
 	return appendTools(out, raw)
 }
-
-// toolsHash hashes tools (and legacy functions) in their canonical form.
-func toolsHash(c *commonBody) uint64 { return xxhash.Sum64(toolsCanonical(c)) }
-
-// noTools is the tools part of every leading key: tools are rendered into
-// the block chain right after the leading system run (renderTools), where
-// chat templates put them (Qwen's and Hermes-style ones render them after
-// the system prompt, inside the system turn), so that requests with one
-// system prompt and different tools share a home and the blocks of the
-// system prompt, as the engine shares those tokens, and part where the
-// tools begin. It is the hash of no tools, so the keys of requests without
-// tools did not change when tools left the leading key.
-var noTools = xxhash.Sum64(nil)
 
 // renderTools writes the tools' canonical form into the chain, as one
 // "tools" turn.
