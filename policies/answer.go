@@ -27,15 +27,16 @@ const (
 	answerText
 )
 
-// chainEnd is where a prompt's chain stopped: the sink's buffer (the last
-// full block's hash, then the n bytes of the partial block after it), the
-// chain's block size and cap, and how an answer continues it.
+// chainEnd is where a prompt's chain stopped: the last full block's hash
+// and the partial block's bytes after it (buf, the sink's buffer up to
+// them), the partial block's width, the chain's block size and cap, and
+// how an answer continues it.
 type chainEnd struct {
-	buf  []byte
-	n    int
-	size int
-	max  int
-	kind answerKind
+	buf   []byte
+	width int
+	size  int
+	max   int
+	kind  answerKind
 }
 
 // end records where c stopped, for an answer of the given kind.
@@ -43,7 +44,7 @@ func (c *sink) end(kind answerKind) chainEnd {
 	if len(c.blocks) == 0 || len(c.blocks) >= c.max {
 		return chainEnd{}
 	}
-	return chainEnd{buf: c.buf, n: c.n, size: c.size, max: c.max, kind: kind}
+	return chainEnd{buf: c.buf[:8+c.n], width: len(c.buf) - 8, size: c.size, max: c.max, kind: kind}
 }
 
 // Answer extends one prompt's block chain with the answer streamed for it.
@@ -70,9 +71,9 @@ func NewAnswer(keys Keys) *Answer {
 	// the answer's first block of its own appends to a copy, so the
 	// prompt's chain is never written and an answer that completes no
 	// block copies nothing.
-	a.s = sink{buf: make([]byte, len(e.buf)), n: e.n, size: e.size, max: e.max,
+	a.s = sink{buf: make([]byte, 8+e.width), n: len(e.buf) - 8, size: e.size, max: e.max,
 		blocks: keys.Blocks[:len(keys.Blocks):len(keys.Blocks)]}
-	copy(a.s.buf, e.buf[:8+e.n])
+	copy(a.s.buf, e.buf)
 	if a.kind == answerMessage {
 		header(&a.s, "assistant")
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 // Block hashing: the prompt's canonical rendering is cut into blocks and
-// each FULL block is hashed together with the hash of the block before it,
+// each FULL block is hashed seeded with the hash of the block before it,
 // the way engines key their prefix caches. A trailing partial block is not
 // part of the chain: an engine does not cache it either, and a later,
 // longer request would fill that block with different bytes.
@@ -121,10 +121,16 @@ func (c *sink) initChain(leading uint64, blockSize, maxBlocks, sizeHint int) {
 
 // WriteString appends s to the rendering as it is: the rendering's own
 // markup (headers, terminators, raw JSON), and text already escaped;
-// other text goes through writeText.
+// other text goes through writeText. A block that lies whole within s is
+// hashed where it lies, not copied.
 func (c *sink) WriteString(s string) {
 	c.total += len(s)
 	for len(s) > 0 && len(c.blocks) < c.max {
+		if w := len(c.buf) - 8; c.n == 0 && len(s) >= w {
+			c.chain(xxh3.HashStringSeed(s[:w], c.prev()))
+			s = s[w:]
+			continue
+		}
 		k := copy(c.buf[8+c.n:], s)
 		c.n += k
 		s = s[k:]
@@ -136,6 +142,11 @@ func (c *sink) WriteString(s string) {
 func (c *sink) Write(p []byte) {
 	c.total += len(p)
 	for len(p) > 0 && len(c.blocks) < c.max {
+		if w := len(c.buf) - 8; c.n == 0 && len(p) >= w {
+			c.chain(xxh3.HashSeed(p[:w], c.prev()))
+			p = p[w:]
+			continue
+		}
 		k := copy(c.buf[8+c.n:], p)
 		c.n += k
 		p = p[k:]
@@ -143,15 +154,22 @@ func (c *sink) Write(p []byte) {
 	}
 }
 
-// flush hashes the current block once it is full: XXH3 of the previous
-// hash and the block (136 bytes for a 128-byte block, which XXH3 hashes in
-// half XXH64's time; the hashes are only compared for equality). When the
-// next block is larger the buffer grows to it.
+// flush hashes the current block once it is full: XXH3 of the block,
+// seeded with the previous block's hash (the hashes are only compared for
+// equality).
 func (c *sink) flush() {
 	if c.n < len(c.buf)-8 {
 		return
 	}
-	h := xxh3.Hash(c.buf)
+	c.chain(xxh3.HashSeed(c.buf[8:], c.prev()))
+}
+
+// prev is the hash the next block is seeded with.
+func (c *sink) prev() uint64 { return binary.LittleEndian.Uint64(c.buf) }
+
+// chain appends the hash of a full block and starts the next one; when
+// that one is larger the buffer grows to it.
+func (c *sink) chain(h uint64) {
 	c.blocks = append(c.blocks, h)
 	if next := 8 + blockWeight(len(c.blocks))*c.size; next != len(c.buf) && len(c.blocks) < c.max {
 		if next <= cap(c.buf) {

@@ -2,6 +2,7 @@ package policies
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -10,9 +11,9 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// TestChainFormula recomputes a chain by hand: block i hashes the previous
-// hash (little endian; for block 0 the seed of the deployment, model and
-// salt) followed by the block; the leading key hashes those fields with the
+// TestChainFormula recomputes a chain by hand: block i is hashed seeded
+// with the previous hash (for block 0 the seed of the deployment, model
+// and salt); the leading key hashes those fields with the
 // identity of the leading run (here empty: the seed, no bytes).
 func TestChainFormula(t *testing.T) {
 	p := strings.Repeat("abcdefghij", 30) // 300 bytes: two full blocks of 128
@@ -22,9 +23,7 @@ func TestChainFormula(t *testing.T) {
 	run := xxh3.HashSeed(binary.LittleEndian.AppendUint64(nil, prev), 0)
 	assert.Equal(t, leadingKey("d", "m", "", run), req.Keys.Leading)
 	for i := 0; i < 2; i++ {
-		b := binary.LittleEndian.AppendUint64(nil, prev)
-		b = append(b, p[i*128:(i+1)*128]...)
-		prev = xxh3.Hash(b)
+		prev = xxh3.HashStringSeed(p[i*128:(i+1)*128], prev)
 		assert.Equal(t, prev, req.Keys.Blocks[i], "block %d", i)
 	}
 	assert.Equal(t, 300, req.PromptBytes)
@@ -225,4 +224,47 @@ func TestLeadingKeySystemRun(t *testing.T) {
 	assert.Equal(t, a.Keys.Blocks, b.Keys.Blocks)
 	assert.Equal(t, a.Keys.Leading, b.Keys.Leading)
 	assert.NotEqual(t, a.Keys.Leading, c.Keys.Leading, "a longer run past the cap")
+}
+
+// TestSinkDirectBlocks: a block lying whole within one write is hashed
+// where it lies, any other is copied into the buffer first; both must give
+// one chain. Each text is written whole (the direct path from its first
+// block) and byte by byte (never direct: a block is wider than a byte),
+// and in random pieces through Write, for blocks of 2-40 bytes, chains
+// that reach their doubling blocks, and caps in and past the text.
+func TestSinkDirectBlocks(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	compared := 0
+	for range 300 {
+		text := make([]byte, r.IntN(3000))
+		for i := range text {
+			text[i] = byte('a' + r.IntN(26))
+		}
+		bs := 2 + r.IntN(39)
+		maxBlocks := []int{DefaultMaxBlocks, 1 + r.IntN(8), denseBlocks + 1 + r.IntN(sparseRun)}[r.IntN(3)]
+		var whole, bytewise, pieces sink
+		for _, c := range []*sink{&whole, &bytewise, &pieces} {
+			c.initChain(42, bs, maxBlocks, len(text))
+			c.WriteString("<|user|>\n") // the direct path also after a partial block
+		}
+		whole.WriteString(string(text))
+		for i := range text {
+			bytewise.WriteString(string(text[i : i+1]))
+		}
+		for rest := text; len(rest) > 0; {
+			k := min(len(rest), 1+r.IntN(3*bs))
+			pieces.Write(rest[:k])
+			rest = rest[k:]
+		}
+		for name, c := range map[string]*sink{"byte by byte": &bytewise, "in pieces": &pieces} {
+			require.Equal(t, whole.blocks, c.blocks, "%s, block size %d, cap %d", name, bs, maxBlocks)
+			require.Equal(t, whole.total, c.total)
+			require.Equal(t, whole.end(answerMessage), c.end(answerMessage))
+			require.Equal(t, whole.sofar(), c.sofar())
+		}
+		if len(whole.blocks) > 1 {
+			compared++
+		}
+	}
+	assert.Greater(t, compared, 200, "texts of several blocks compared")
 }
