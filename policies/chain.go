@@ -107,15 +107,15 @@ type sink struct {
 	total  int // bytes written (text escaped), including those past the block cap
 }
 
-// initChain makes c a chain whose first block is seeded with leading.
+// initChain makes c a chain whose first block is seeded with seed.
 // sizeHint (the body length) bounds the blocks slice's capacity.
-func (c *sink) initChain(leading uint64, blockSize, maxBlocks, sizeHint int) {
+func (c *sink) initChain(seed uint64, blockSize, maxBlocks, sizeHint int) {
 	n := min(ChainBlocks(sizeHint, blockSize)+1, maxBlocks)
 	// The buffer is made once, as large as the largest block the body can
 	// fill, and resliced as the blocks grow.
 	largest := blockWeight(max(n-1, 0)) * blockSize
 	*c = sink{buf: make([]byte, 8+blockSize, 8+largest), size: blockSize, max: maxBlocks}
-	binary.LittleEndian.PutUint64(c.buf, leading)
+	binary.LittleEndian.PutUint64(c.buf, seed)
 	c.blocks = make([]uint64, 0, n)
 }
 
