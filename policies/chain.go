@@ -191,21 +191,29 @@ func (c *sink) sofar() uint64 {
 	return xxh3.HashSeed(c.buf[:8+c.n], uint64(c.total))
 }
 
-// leadingKey combines the leading-key fields: the deployment, the model,
-// cache_salt and the leading run's identity (sink.sofar; 0 for the chain's
-// seed). Each string is hashed on its own and the fixed-size hashes are
-// hashed together, so field boundaries cannot shift: ("ab","c") and
-// ("a","bc") give different keys. Tools are not among them: they are
-// rendered into the chain right after the leading run (renderTools), where
-// chat templates put them, so that requests with one system prompt and
-// different tools share a home and the system prompt's blocks, as the
-// engine shares those tokens. It never returns 0, which Keys reserves for
-// "no key".
-func leadingKey(deployment, model, salt string, run uint64) uint64 {
+// leadingFields are the leading key's fields but the leading run: the
+// deployment, the model and cache_salt, each hashed on its own, so that
+// field boundaries cannot shift: ("ab","c") and ("a","bc") give different
+// keys. Tools are not among them: they are rendered into the chain right
+// after the leading run (renderTools), where chat templates put them, so
+// that requests with one system prompt and different tools share a home
+// and the system prompt's blocks, as the engine shares those tokens.
+type leadingFields [24]byte
+
+func newLeadingFields(deployment, model, salt string) leadingFields {
+	var f leadingFields
+	binary.LittleEndian.PutUint64(f[0:], xxhash.Sum64String(deployment))
+	binary.LittleEndian.PutUint64(f[8:], xxhash.Sum64String(model))
+	binary.LittleEndian.PutUint64(f[16:], xxhash.Sum64String(salt))
+	return f
+}
+
+// key is the leading key of these fields and a leading run's identity
+// (sink.sofar; 0 for the chain's seed). It never returns 0, which Keys
+// reserves for "no key".
+func (f *leadingFields) key(run uint64) uint64 {
 	var b [32]byte
-	binary.LittleEndian.PutUint64(b[0:], xxhash.Sum64String(deployment))
-	binary.LittleEndian.PutUint64(b[8:], xxhash.Sum64String(model))
-	binary.LittleEndian.PutUint64(b[16:], xxhash.Sum64String(salt))
+	copy(b[:], f[:])
 	binary.LittleEndian.PutUint64(b[24:], run)
 	k := xxhash.Sum64(b[:])
 	if k == 0 {

@@ -268,3 +268,9 @@ func TestSinkDirectBlocks(t *testing.T) {
 	}
 	assert.Greater(t, compared, 200, "texts of several blocks compared")
 }
+
+// leadingKey is the leading key of those fields and run.
+func leadingKey(deployment, model, salt string, run uint64) uint64 {
+	f := newLeadingFields(deployment, model, salt)
+	return f.key(run)
+}

@@ -429,33 +429,31 @@ func BenchmarkIndexPlace(b *testing.B) {
 // colder than a core's caches, as every table is in a proxy that moves
 // the requests' bodies through the same caches.
 func benchFresh96(b *testing.B, replicas int) {
-	{
-		ixs := make([]*Index, replicas)
-		for i := range ixs {
-			ixs[i] = NewIndex(DefaultIndexCapacity)
-		}
-		chain := make([]uint64, 352)
-		n := uint64(0)
-		place := func(r int) int {
-			for j := range chain {
-				if j < 256 {
-					chain[j] = mix64(uint64(r/replicas%8)<<32 | uint64(j))
-				} else {
-					n++
-					chain[j] = mix64(n<<16 | uint64(j))
-				}
+	ixs := make([]*Index, replicas)
+	for i := range ixs {
+		ixs[i] = NewIndex(DefaultIndexCapacity)
+	}
+	chain := make([]uint64, 352)
+	n := uint64(0)
+	place := func(r int) int {
+		for j := range chain {
+			if j < 256 {
+				chain[j] = mix64(uint64(r/replicas%8)<<32 | uint64(j))
+			} else {
+				n++
+				chain[j] = mix64(n<<16 | uint64(j))
 			}
-			return ixs[r%len(ixs)].MatchInsert(chain)
 		}
-		for r := range replicas * DefaultIndexCapacity / 256 {
-			place(r)
+		return ixs[r%len(ixs)].MatchInsert(chain)
+	}
+	for r := range replicas * DefaultIndexCapacity / 256 {
+		place(r)
+	}
+	r := 0
+	for b.Loop() {
+		if place(r) > 256 {
+			b.Fatal("fresh blocks matched")
 		}
-		r := 0
-		for b.Loop() {
-			if place(r) > 256 {
-				b.Fatal("fresh blocks matched")
-			}
-			r++
-		}
+		r++
 	}
 }

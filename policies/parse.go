@@ -249,22 +249,19 @@ func keysChat(req *Request, b *chatBody, cfg ParseConfig, sizeHint int) {
 		}
 	}
 
-	var c sink
-	c.initChain(chainSeed(cfg, req), cfg.BlockSize, cfg.MaxBlocks, sizeHint)
+	var k keyChain
+	k.init(cfg, req, sizeHint)
 	tools := toolsCanonical(&b.commonBody)
-	leading, leadBlocks := uint64(0), -1
 	for i := range msgs {
-		if leadBlocks < 0 && !isSystem(msgs[i].Role.s) {
-			leading, leadBlocks = c.leading(cfg, req), len(c.blocks)
-			renderTools(&c, tools)
+		if k.inLeadingRun() && !isSystem(msgs[i].Role.s) {
+			k.endLeadingRun(tools)
 		}
-		renderChatMessage(&c, &msgs[i])
+		renderChatMessage(&k.sink, &msgs[i])
 	}
-	if leadBlocks < 0 {
-		leading, leadBlocks = c.leading(cfg, req), len(c.blocks)
-		renderTools(&c, tools)
+	if k.inLeadingRun() {
+		k.endLeadingRun(tools)
 	}
-	setKeys(req, leading, &c, leadBlocks, answerMessage)
+	k.setKeys(req, answerMessage)
 }
 
 func keysCompletions(req *Request, b *completionsBody, cfg ParseConfig, sizeHint int) {
@@ -276,18 +273,17 @@ func keysCompletions(req *Request, b *completionsBody, cfg ParseConfig, sizeHint
 		req.NoPrefix = NoPrefixPromptShape
 		return
 	}
-	var c sink
-	c.initChain(chainSeed(cfg, req), cfg.BlockSize, cfg.MaxBlocks, sizeHint)
-	leading := c.leading(cfg, req)
-	renderTools(&c, toolsCanonical(&b.commonBody))
-	renderPrompt(&c, &b.Prompt)
+	var k keyChain
+	k.init(cfg, req, sizeHint)
+	k.endLeadingRun(toolsCanonical(&b.commonBody)) // a prompt has no leading run
+	renderPrompt(&k.sink, &b.Prompt)
 	// Only a single string prompt is continued by its completion's text;
 	// arrays and token ids have no one continuation.
 	kind := answerNone
 	if b.Prompt.kind == shapeString {
 		kind = answerText
 	}
-	setKeys(req, leading, &c, 0, kind)
+	k.setKeys(req, kind)
 }
 
 // keysResponses follows keysChat: instructions render as a system message
@@ -314,57 +310,65 @@ func keysResponses(req *Request, b *responsesBody, text *jsonText, cfg ParseConf
 		}
 	}
 
-	// leadBlocks counts the chain's blocks when the leading run ends;
-	// the tools follow it, as in keysChat.
-	leadBlocks := -1
+	// The tools follow the leading run, as in keysChat.
 	tools := toolsCanonical(&b.commonBody)
-	var c sink
-	c.initChain(chainSeed(cfg, req), cfg.BlockSize, cfg.MaxBlocks, sizeHint)
-	leading := uint64(0)
-	endLead := func() {
-		leading, leadBlocks = c.leading(cfg, req), len(c.blocks)
-		renderTools(&c, tools)
-	}
+	var k keyChain
+	k.init(cfg, req, sizeHint)
 	if b.Instructions.kind != shapeAbsent {
-		header(&c, "system")
-		b.Instructions.render(&c)
-		c.WriteString(endTag)
+		header(&k.sink, "system")
+		b.Instructions.render(&k.sink)
+		k.WriteString(endTag)
 	}
 	if text != nil {
-		endLead()
-		renderText(&c, "user", text.s)
-		setKeys(req, leading, &c, leadBlocks, answerMessage)
+		k.endLeadingRun(tools)
+		renderText(&k.sink, "user", text.s)
+		k.setKeys(req, answerMessage)
 		return
 	}
 	for i := range items {
 		it := &items[i]
-		if leadBlocks < 0 && (it.kind() != "message" || !isSystem(it.Role.s)) {
-			endLead()
+		if k.inLeadingRun() && (it.kind() != "message" || !isSystem(it.Role.s)) {
+			k.endLeadingRun(tools)
 		}
-		renderItem(&c, it)
+		renderItem(&k.sink, it)
 	}
-	if leadBlocks < 0 {
-		endLead()
+	if k.inLeadingRun() {
+		k.endLeadingRun(tools)
 	}
-	setKeys(req, leading, &c, leadBlocks, answerMessage)
+	k.setKeys(req, answerMessage)
 }
 
-// chainSeed seeds a request's chain: the leading key's fields but its
-// leading run, which the chain renders first.
-func chainSeed(cfg ParseConfig, req *Request) uint64 {
-	return leadingKey(cfg.Deployment, req.Model, req.CacheSalt, 0)
+// keyChain is a request's chain while its keys are made: the sink, seeded
+// with the leading key's fields, and the leading run, which the chain
+// renders first and the leading key then identifies by the chain's state
+// (sink.sofar).
+type keyChain struct {
+	sink
+	fields     leadingFields
+	leading    uint64
+	leadBlocks int // the blocks within the leading run; -1 while it is open
 }
 
-// leading is the leading key of a chain whose leading run was just
-// rendered (sofar).
-func (c *sink) leading(cfg ParseConfig, req *Request) uint64 {
-	return leadingKey(cfg.Deployment, req.Model, req.CacheSalt, c.sofar())
+// init starts req's chain, its leading run open.
+func (k *keyChain) init(cfg ParseConfig, req *Request, sizeHint int) {
+	k.fields, k.leadBlocks = newLeadingFields(cfg.Deployment, req.Model, req.CacheSalt), -1
+	k.initChain(k.fields.key(0), cfg.BlockSize, cfg.MaxBlocks, sizeHint)
 }
 
-// setKeys stores the chain's result in req: leadBlocks of its blocks lie
-// within the leading run, and an answer continues it as kind says.
-func setKeys(req *Request, leading uint64, c *sink, leadBlocks int, kind answerKind) {
-	req.Keys = Keys{Leading: leading, Blocks: c.blocks, BlockBytes: c.size, LeadingBlocks: leadBlocks,
-		Bytes: c.total, end: c.end(kind)}
-	req.PromptBytes = c.total
+// inLeadingRun reports whether the leading run is still being rendered.
+func (k *keyChain) inLeadingRun() bool { return k.leadBlocks < 0 }
+
+// endLeadingRun ends the leading run where the rendering is: the leading
+// key takes its identity, and the tools follow it.
+func (k *keyChain) endLeadingRun(tools []byte) {
+	k.leading, k.leadBlocks = k.fields.key(k.sofar()), len(k.blocks)
+	renderTools(&k.sink, tools)
+}
+
+// setKeys stores the chain's result in req; an answer continues it as
+// kind says.
+func (k *keyChain) setKeys(req *Request, kind answerKind) {
+	req.Keys = Keys{Leading: k.leading, Blocks: k.blocks, BlockBytes: k.size, LeadingBlocks: k.leadBlocks,
+		Bytes: k.total, end: k.end(kind)}
+	req.PromptBytes = k.total
 }
