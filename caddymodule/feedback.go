@@ -25,7 +25,7 @@ func (h *LLMRoute) feedback(rc *routeCtx, a *attempt, sn *usageSniffer) {
 		return
 	}
 	pl := a.prediction()
-	c := policies.Check{PredictedBlocks: pl.Predicted, Concurrent: pl.Concurrent,
+	c := policies.Check{PredictedBlocks: pl.Predicted, Concurrent: pl.Concurrent, Reach: pl.Reach,
 		CachedTokens: cached, PromptTokens: sn.promptTokens, PromptBytes: rc.req.PromptBytes}
 	res := a.rep.check(c)
 	if o := a.rules.observer; o != nil {

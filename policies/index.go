@@ -128,6 +128,30 @@ func (ix *Index) MatchInsert(blocks []uint64) int {
 	return n
 }
 
+// MatchInsertReach is MatchInsert that also returns the chain's reach
+// when a leading run of it is held: the weight the index held stamped
+// later than the run's last block, before the insert. An engine whose
+// cache was sent what this index was and evicted that block held less
+// than the reach (Belief.Check); it costs a walk of up to a thousand
+// generation counts.
+func (ix *Index) MatchInsertReach(blocks []uint64) (held, reach int) {
+	if ix == nil || len(blocks) == 0 {
+		return 0, 0
+	}
+	ix.mu.Lock()
+	if ix.mayHold(blocks[0]) {
+		held = ix.matchLocked(blocks)
+	}
+	if held > 0 {
+		if g, ok := ix.lru.stampOf(blocks[held-1]); ok {
+			reach = ix.lru.newer(g)
+		}
+	}
+	ix.insertLocked(blocks, held)
+	ix.mu.Unlock()
+	return held, reach
+}
+
 // matchLocked bisects the chain for the end of its held leading run: held
 // are blocks[:lo], not held blocks[hi] (when hi < len).
 func (ix *Index) matchLocked(blocks []uint64) int {

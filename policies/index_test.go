@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestIndex(t *testing.T) {
@@ -85,6 +87,52 @@ func TestIndex(t *testing.T) {
 			assert.Equal(t, tt.len, ix.Len())
 		})
 	}
+}
+
+// TestIndexReach proves MatchInsertReach against an exact LRU's distance:
+// random chains of 1-40 blocks, half of the sends a chain sent before,
+// into an index whose capacity they overflow several times. Each held
+// chain's reach is the blocks used since its last block was, as an exact
+// LRU of the same sends counts them, to within 1/8 of the capacity (and
+// the chain): the generation it leaves out holds at most 1/16, and a
+// chain sent again within recentGens generations keeps its older stamp
+// (blockLRU.AddChain), as many again. It counts the chains compared.
+func TestIndexReach(t *testing.T) {
+	const capBlocks = 2048
+	ix := NewIndex(capBlocks)
+	rng := rand.New(rand.NewPCG(7, 7))
+	var exact []uint64 // most recent last
+	touch := func(k uint64) {
+		if i := slices.Index(exact, k); i >= 0 {
+			exact = slices.Delete(exact, i, i+1)
+		}
+		exact = append(exact, k)
+	}
+	var sent [][]uint64
+	compared, lo, hi := 0, 0, 0
+	for range 4000 {
+		var c []uint64
+		if len(sent) > 0 && rng.IntN(2) == 0 {
+			c = sent[rng.IntN(len(sent))]
+		} else {
+			c = chainOf(rng.Uint64()>>8<<8, 1+rng.IntN(40))
+			sent = append(sent, c)
+		}
+		held, reach := ix.MatchInsertReach(c)
+		if held > 0 {
+			at := slices.Index(exact, c[held-1])
+			require.GreaterOrEqual(t, at, 0, "held by the index, so used")
+			want := len(exact) - 1 - at
+			assert.InDelta(t, want, reach, float64(capBlocks/8+len(c)))
+			lo, hi = min(lo, reach-want), max(hi, reach-want)
+			compared++
+		}
+		for i := len(c) - 1; i >= 0; i-- {
+			touch(c[i])
+		}
+	}
+	t.Logf("compared %d, reach - exact in [%d, %d]", compared, lo, hi)
+	assert.Greater(t, compared, 300)
 }
 
 func TestIndexDefaultsAndNil(t *testing.T) {
@@ -455,5 +503,41 @@ func benchFresh96(b *testing.B, replicas int) {
 			b.Fatal("fresh blocks matched")
 		}
 		r++
+	}
+}
+
+// BenchmarkIndexReach is the turns case of BenchmarkIndexPlace (16
+// conversations in turn, 8 blocks more each turn) placed with
+// MatchInsert and with MatchInsertReach, which walks the generations
+// newer than the held run's last block: what measuring the reach costs a
+// placement on an engine that reports no cache size.
+func BenchmarkIndexReach(b *testing.B) {
+	for _, reach := range []bool{false, true} {
+		b.Run(fmt.Sprintf("reach=%v", reach), func(b *testing.B) {
+			ix := NewIndex(DefaultIndexCapacity)
+			convs := make([][]uint64, 16)
+			n := uint64(0)
+			for b.Loop() {
+				i := int(n % uint64(len(convs)))
+				c := convs[i]
+				if len(c)+8 > DefaultMaxBlocks {
+					c = c[:0]
+				}
+				for range 8 {
+					n++
+					c = append(c, mix64(uint64(i)<<48|n))
+				}
+				convs[i] = c
+				held := 0
+				if reach {
+					held, _ = ix.MatchInsertReach(c)
+				} else {
+					held = ix.MatchInsert(c)
+				}
+				if held > len(c)-8 {
+					b.Fatal("a turn's new blocks matched")
+				}
+			}
+		})
 	}
 }

@@ -253,6 +253,18 @@ func (l *blockLRU) warm(keys []uint64) {
 	l.warmed = x
 }
 
+// newer is the weight held in generations later than g: how much was
+// added or re-added since a key stamped g was, an LRU's distance from the
+// most recent key to it (to within a generation, which it leaves out). It
+// walks the live generations, at most genRing of them.
+func (l *blockLRU) newer(g uint64) int {
+	w := 0
+	for h := max(g+1, l.oldest); h <= l.cur; h++ {
+		w += l.weights[h%genRing]
+	}
+	return w
+}
+
 // chainShift is the weight, as a power of two, of the i-th block of a
 // chain (blockWeight).
 func chainShift(i int) uint8 {

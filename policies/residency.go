@@ -1,6 +1,9 @@
 package policies
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // The residency belief: what one router believes one replica's prefix
 // cache holds, and the rules that keep the belief honest. The Caddy module
@@ -14,7 +17,10 @@ import "sync"
 //     (believed, found less, but another request of that prefix was still
 //     before its first byte there, so the engine was still computing it).
 //     Misses shrink the index (it believes more than the engine keeps),
-//     hits let it grow back (additive increase, multiplicative decrease),
+//     hits let it grow back (additive increase, multiplicative decrease);
+//     while the engine's cache size is unknown a miss also says how much
+//     it keeps at most (the prediction's reach), and a hit how much it
+//     keeps at least, which bound the shrink;
 //     and a run of misses on long predictions means the cache was wiped:
 //     the index is purged. Partials shrink it too until the engine's
 //     metrics give its cache size: where every prompt opens alike (one
@@ -101,6 +107,8 @@ type Belief struct {
 	// blockBytes is the block size of the requests routed here; the index
 	// counts in these blocks.
 	blockBytes int
+	// sized is engineBytes > 0, read by Place without the lock.
+	sized atomic.Bool
 	// lastQueries is the engine's prefix-cache query counter at the last
 	// sample (0 before the first, < 0 when the engine has none).
 	lastQueries float64
@@ -109,7 +117,10 @@ type Belief struct {
 	// be computing that prefix.
 	pending map[uint64]int
 	missRun int
-	stats   BeliefStats
+	// hitReach is the farthest reach of a hit since the index last
+	// shrank below it (or was purged): the engine kept at least that much.
+	hitReach int
+	stats    BeliefStats
 }
 
 // BeliefStats counts what a Belief was told.
@@ -187,6 +198,10 @@ type Placement struct {
 	// Head is the prompt's first block, counted pending until EndPending
 	// (0: none was counted).
 	Head uint64
+	// Reach is, while the engine's cache size is unknown, the prediction's
+	// reach (Index.MatchInsertReach): the blocks placed here since its last
+	// block was. 0 when not measured.
+	Reach int
 }
 
 // Place records that a request with keys is sent to the replica: it
@@ -202,7 +217,12 @@ func (b *Belief) Place(keys Keys) Placement {
 	if len(keys.Blocks) == 0 {
 		return Placement{}
 	}
-	p := Placement{Predicted: b.index.MatchInsert(keys.Blocks)}
+	var p Placement
+	if b.sized.Load() {
+		p.Predicted = b.index.MatchInsert(keys.Blocks)
+	} else {
+		p.Predicted, p.Reach = b.index.MatchInsertReach(keys.Blocks)
+	}
 	p.Head = keys.Blocks[0]
 	b.mu.Lock()
 	if b.pending == nil {
@@ -253,6 +273,8 @@ type Check struct {
 	// PromptBytes is the size of the canonical prompt the blocks were cut
 	// from (Request.PromptBytes).
 	PromptBytes int
+	// Reach is Placement.Reach.
+	Reach int
 }
 
 // Checked is Check's verdict.
@@ -276,6 +298,19 @@ type Checked struct {
 // and a partial says that other clients' prompts took the rest of the
 // cache: a smaller index would forget the prefixes they keep warm there
 // too, and would not see the engine's cache any better.
+//
+// While the size is unknown, a partial whose prediction had a reach
+// (Placement.Reach) also says the engine keeps less than that reach of
+// what this router sends it (a cache full of it evicts a chain from its
+// tail, as the index does), as a hit at a reach says it keeps at least
+// that much. A partial beyond the farthest hit's reach shrinks the index
+// to its reach, by at most half a verdict, rather than by 1/8, so that an
+// index configured far above an unreported cache learns its size in a few
+// verdicts instead of some twenty a replica. One within it contradicts a
+// hit (a slot that did not hold the prompt, another client's burst) and
+// shrinks by 1/8, as a miss does: nothing cached at all is as often a
+// cache lost whole (a restart, which a run of misses purges) as one too
+// small.
 func (b *Belief) Check(c Check) Checked {
 	b.mu.Lock()
 	out := Checked{PredictedTokens: PredictedTokens(c.PredictedBlocks, b.blockBytes, c.PromptBytes, c.PromptTokens)}
@@ -286,6 +321,7 @@ func (b *Belief) Check(c Check) Checked {
 	case CheckHit:
 		s.Hits++
 		b.missRun = 0
+		b.hitReach = max(b.hitReach, c.Reach)
 	case CheckMiss:
 		s.Misses++
 		if c.PredictedBlocks >= purgeMinBlocks {
@@ -302,6 +338,7 @@ func (b *Belief) Check(c Check) Checked {
 	}
 	limit := b.maxBlocksLocked()
 	sized := b.engineBytes > 0
+	hitReach := b.hitReach
 	b.mu.Unlock()
 
 	if out.Purged {
@@ -311,13 +348,29 @@ func (b *Belief) Check(c Check) Checked {
 	capNow := b.index.Capacity()
 	switch {
 	case out.Result == CheckMiss, out.Result == CheckPartial && !sized:
-		b.index.SetCapacity(max(capNow*7/8, MinIndexBlocks))
+		next := shrunk(capNow, c.Reach, hitReach, sized, out.Result == CheckPartial)
+		b.index.SetCapacity(next)
+		b.mu.Lock()
+		b.hitReach = min(b.hitReach, next)
+		b.mu.Unlock()
 	case out.Result == CheckHit:
 		if capNow < limit {
 			b.index.SetCapacity(min(capNow+max(capNow/64, 1), limit))
 		}
 	}
 	return out
+}
+
+// shrunk is the capacity after a miss (or an unsized partial) at capacity
+// n on a prediction of the given reach: 7/8 of n, or for a partial the
+// reach (never under half of n) where the engine's size is unknown and
+// the reach is less, but beyond hitReach; never under MinIndexBlocks.
+func shrunk(n, reach, hitReach int, sized, partial bool) int {
+	next := n * 7 / 8
+	if partial && !sized && reach > hitReach && reach < next {
+		next = max(reach, n/2)
+	}
+	return max(next, MinIndexBlocks)
 }
 
 // Classify is the verdict on a prediction of predicted blocks, made with
@@ -378,6 +431,7 @@ func (b *Belief) Engine(e EngineCache) (purged bool) {
 	sized := e.NumBlocks > 0 && e.BlockTokens > 0
 	if sized {
 		b.engineBytes = e.NumBlocks * e.BlockTokens * BytesPerToken
+		b.sized.Store(true)
 	}
 	limit := b.maxBlocksLocked()
 	b.mu.Unlock()
@@ -396,7 +450,7 @@ func (b *Belief) Purge(reason string) {
 	b.mu.Lock()
 	b.stats.Purges++
 	b.stats.LastPurge = reason
-	b.missRun = 0
+	b.missRun, b.hitReach = 0, 0
 	b.mu.Unlock()
 }
 

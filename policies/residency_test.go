@@ -17,8 +17,9 @@ func chainOf(base uint64, n int) []uint64 {
 }
 
 // TestBeliefCheckVerdicts proves each verdict and what it does to the
-// index: a miss or a partial shrinks it by 1/8, a hit grows it by 1/64 up
-// to the configured maximum, cold and concurrent leave it alone. The
+// index: a miss or a partial shrinks it by 1/8 (a partial to its reach
+// when that is less, by at most half), a hit grows it by 1/64 up to the
+// configured maximum, cold and concurrent leave it alone. The
 // partial cases predict 8 blocks (1 KiB) of a 2 KiB prompt of 512 tokens:
 // 256 tokens believed cached.
 func TestBeliefCheckVerdicts(t *testing.T) {
@@ -43,6 +44,12 @@ func TestBeliefCheckVerdicts(t *testing.T) {
 		{"partial while concurrent says nothing", Check{PredictedBlocks: 8, Concurrent: true, CachedTokens: 10, PromptTokens: 512, PromptBytes: 2048}, 1024, CheckConcurrent, 1024},
 		{"a short prediction is never partial", Check{PredictedBlocks: partialMinBlocks - 1, CachedTokens: 1, PromptTokens: 512, PromptBytes: 2048}, 512, CheckHit, 520},
 		{"no prompt size: no partial", Check{PredictedBlocks: 8, CachedTokens: 1}, 512, CheckHit, 520},
+		{"a partial within a short reach shrinks to it", Check{PredictedBlocks: 8, CachedTokens: 10, PromptTokens: 512, PromptBytes: 2048, Reach: 700}, 1024, CheckPartial, 700},
+		{"by at most half", Check{PredictedBlocks: 8, CachedTokens: 10, PromptTokens: 512, PromptBytes: 2048, Reach: 100}, 1024, CheckPartial, 512},
+		{"a reach past 7/8 shrinks by 1/8", Check{PredictedBlocks: 8, CachedTokens: 10, PromptTokens: 512, PromptBytes: 2048, Reach: 1000}, 1024, CheckPartial, 896},
+		{"reach never below the floor", Check{PredictedBlocks: 8, CachedTokens: 10, PromptTokens: 512, PromptBytes: 2048, Reach: 10}, 100, CheckPartial, MinIndexBlocks},
+		{"a miss shrinks by 1/8 whatever its reach", Check{PredictedBlocks: 3, Reach: 100}, 1024, CheckMiss, 896},
+		{"a hit ignores its reach", Check{PredictedBlocks: 3, CachedTokens: 10, Reach: 100}, 512, CheckHit, 520},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b := NewBelief(1024)
@@ -73,6 +80,59 @@ func TestBeliefPartialOnceSized(t *testing.T) {
 	assert.Equal(t, 1, b.Stats().Partials)
 	b.Check(Check{PredictedBlocks: 8, PromptTokens: 512, PromptBytes: 2048})
 	assert.Equal(t, 448, b.Index().Capacity(), "a miss still shrinks it")
+	b.Check(Check{PredictedBlocks: 8, PromptTokens: 512, PromptBytes: 2048, Reach: 300})
+	assert.Equal(t, 392, b.Index().Capacity(), "by 1/8 whatever its reach: the engine said its size")
+}
+
+// TestBeliefReachBounds proves that a hit's reach bounds the shrink of a
+// later miss or partial: one within the farthest hit's reach contradicts
+// it and shrinks by 1/8, one beyond it shrinks to its reach; a shrink
+// below the hit's reach lowers it, and a purge forgets it.
+func TestBeliefReachBounds(t *testing.T) {
+	b := NewBelief(1024)
+	partial := func(reach int) Check {
+		return Check{PredictedBlocks: 8, CachedTokens: 10, PromptTokens: 512, PromptBytes: 2048, Reach: reach}
+	}
+	b.Check(Check{PredictedBlocks: 8, CachedTokens: 500, PromptTokens: 512, PromptBytes: 2048, Reach: 300})
+	require.Equal(t, 1024, b.Index().Capacity())
+	for _, step := range []struct {
+		reach, want int
+		why         string
+	}{
+		{200, 896, "within the hit's reach: by 1/8"},
+		{500, 500, "beyond it: to its reach"},
+		{280, 437, "within it again"},
+		{280, 382, ""}, {280, 334, ""}, {280, 292, "below the hit's reach: it falls to 292"},
+		{250, 255, "so 250 is within it: by 1/8"},
+	} {
+		b.Check(partial(step.reach))
+		require.Equal(t, step.want, b.Index().Capacity(), step.why)
+	}
+	b.Purge(PurgeRemoved)
+	b.Check(partial(100))
+	assert.Equal(t, 127, b.Index().Capacity(), "the purge forgot the hit: to its reach, by at most half")
+}
+
+// TestBeliefPlaceReach proves that Place measures a prediction's reach
+// only while the engine's cache size is unknown: the blocks placed since
+// the predicted run's last block was, to within a generation (1/256 of
+// the capacity in new blocks: 4 here), and none for a cold prompt.
+func TestBeliefPlaceReach(t *testing.T) {
+	b := NewBelief(1024)
+	conv := Keys{Blocks: chainOf(1<<40, 8)}
+	assert.Zero(t, b.Place(conv).Reach, "nothing held: no reach")
+	b.Place(Keys{Blocks: chainOf(2<<40, 200)})
+	p := b.Place(conv)
+	assert.Equal(t, 8, p.Predicted)
+	assert.InDelta(t, 200, p.Reach, 8, "the 200 blocks placed since")
+	p = b.Place(conv)
+	assert.InDelta(t, 0, p.Reach, 8, "placed again at once")
+
+	b.Engine(EngineCache{NumBlocks: 4096, BlockTokens: 16, PrefixQueries: -1})
+	b.Place(Keys{Blocks: chainOf(3<<40, 300)})
+	p = b.Place(conv)
+	assert.Equal(t, 8, p.Predicted)
+	assert.Zero(t, p.Reach, "sized by the engine: not measured")
 }
 
 // TestBeliefPurgesAfterMissRun proves that purgeMissRun misses in a row on

@@ -62,6 +62,10 @@ type Config struct {
 	// SampleInterval (default 1s, the module's default).
 	EngineMetrics  bool          `json:"engine_metrics"`
 	SampleInterval time.Duration `json:"sample_interval_ns"`
+	// UnsizedCache makes the sampled metrics carry no cache size, as
+	// llama.cpp's server's do: each belief then sizes its index from
+	// IndexBlocks and the cached-token feedback alone.
+	UnsizedCache bool `json:"unsized_cache,omitempty"`
 	// Feedback turns on the cached-token feedback (request_usage).
 	Feedback bool `json:"feedback"`
 	// Restarts crash-restart engines mid-run (engine.Restart): the cache
@@ -106,6 +110,7 @@ type flight struct {
 
 	arrival, firstTok time.Duration
 	predicted         int // blocks the index believed resident at decision
+	reach             int // the prediction's reach (policies.Placement)
 	trueTok           int // tokens the chosen engine had cached at decision
 	answer            []uint32
 	wantAnswer        bool
@@ -366,7 +371,7 @@ func (s *Sim) dispatch(rt *router, f *flight) bool {
 	s.placeFirst(f, i)
 	f.trueTok = rp.eng.CachedPrefixTokens(f.tokens)
 	pl := v.belief.Place(f.req.Keys) // optimistic, as the module is
-	f.predicted, f.concurrent, f.head = pl.Predicted, pl.Concurrent, pl.Head
+	f.predicted, f.concurrent, f.head, f.reach = pl.Predicted, pl.Concurrent, pl.Head, pl.Reach
 	f.uncached = policies.UncachedBytes(f.req.Keys, pl.Predicted)
 	v.inFlight++
 	v.prefills++
@@ -522,7 +527,11 @@ func (s *Sim) sample(r int) {
 		v.sampled = true
 		v.waiting, v.running, v.kvUsage = st.Waiting, st.Running, st.KVUsage
 		v.sampledInFlight = v.inFlight
-		if v.belief.Engine(policies.EngineCache{NumBlocks: st.NumBlocks, BlockTokens: st.BlockSize, PrefixQueries: float64(st.PrefixCacheQueries)}) {
+		ec := policies.EngineCache{NumBlocks: st.NumBlocks, BlockTokens: st.BlockSize, PrefixQueries: float64(st.PrefixCacheQueries)}
+		if s.cfg.UnsizedCache {
+			ec.NumBlocks, ec.BlockTokens = 0, 0
+		}
+		if v.belief.Engine(ec) {
 			s.res.Residency.PurgesCounters++
 		}
 	}
@@ -531,7 +540,7 @@ func (s *Sim) sample(r int) {
 // observe holds f's prediction against the engine's usage, as the
 // module's feedback does.
 func (s *Sim) observe(rt *router, i int, f *flight, u simengine.Usage) {
-	ck := policies.Check{PredictedBlocks: f.predicted, Concurrent: f.concurrent,
+	ck := policies.Check{PredictedBlocks: f.predicted, Concurrent: f.concurrent, Reach: f.reach,
 		CachedTokens: u.CachedTokens, PromptTokens: u.PromptTokens, PromptBytes: f.req.PromptBytes}
 	c := rt.reps[i].belief.Check(ck)
 	if c.Purged {

@@ -11,7 +11,7 @@ import (
 )
 
 // Modes of the router's residency machinery compared in the analysis.
-var Modes = []string{"none", "feedback", "metrics", "both"}
+var Modes = []string{"none", "feedback", "metrics", "both", "unsized"}
 
 // ModeDoc says what each mode turns on.
 var ModeDoc = map[string]string{
@@ -19,12 +19,20 @@ var ModeDoc = map[string]string{
 	"feedback": "cached-token feedback (request_usage): shrink on miss, grow on hit, purge after 3 large misses",
 	"metrics":  "engine metrics every 1s (engine_metrics): queue and KV usage to the policy, index capped at the engine's cache size, purge when counters go backwards",
 	"both":     "feedback and engine metrics (the standard point)",
+	"unsized":  "feedback and engine metrics that give no cache size, as llama.cpp's server's do: queue and KV usage to the policy, the index sized by index_blocks and the feedback alone (a partial shrinks it to its reach)",
 }
 
 func withMode(st Standard, mode string) Standard {
-	st.Feedback = mode == "feedback" || mode == "both"
-	st.EngineMetrics = mode == "metrics" || mode == "both"
+	st.Feedback = mode == "feedback" || mode == "both" || mode == "unsized"
+	st.EngineMetrics = mode == "metrics" || mode == "both" || mode == "unsized"
 	return st
+}
+
+// modeConfig is SimConfig in a mode.
+func modeConfig(policy string, st Standard, mode string, seed uint64) sim.Config {
+	cfg := SimConfig(policy, withMode(st, mode), seed)
+	cfg.UnsizedCache = mode == "unsized"
+	return cfg
 }
 
 // ResidencyRecord is residency.json.
@@ -142,9 +150,9 @@ func planResidency(o *Options, r *runner) (*plan[*ResidencyRecord], error) {
 	for _, kind := range []string{workload.SharedPrefix, workload.MultiTurn} {
 		for _, kv := range kvs {
 			for _, m := range Modes {
-				s := withMode(st, m)
+				s := st
 				s.KVBlocks = int(kv)
-				add("kv", "kv_blocks", kv, m, SimConfig("prefix_load", s, o.Seed), base[kind])
+				add("kv", "kv_blocks", kv, m, modeConfig("prefix_load", s, m, o.Seed), base[kind])
 			}
 		}
 	}
@@ -162,7 +170,7 @@ func planResidency(o *Options, r *runner) (*plan[*ResidencyRecord], error) {
 		end := w.Sessions[len(w.Sessions)-1].Arrival
 		for _, every := range restartEvery {
 			for _, m := range Modes {
-				cfg := SimConfig("prefix_load", withMode(st, m), o.Seed)
+				cfg := modeConfig("prefix_load", st, m, o.Seed)
 				if every > 0 {
 					step := time.Duration(every * float64(time.Second))
 					for i, t := 0, step; t < end; i, t = i+1, t+step {

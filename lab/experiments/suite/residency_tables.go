@@ -83,14 +83,15 @@ func precBold(r ResidencyRow) string {
 }
 
 // ResidencyKVTable renders the KV scenario on shared_prefix: precision
-// per mode and hit rate without and with both corrections, per KV size.
+// per mode and hit rate without and with both corrections, and with both
+// from an engine that reports no cache size, per KV size.
 func ResidencyKVTable(rec *ResidencyRecord) string {
 	r := scenarioRows(rec, "kv")
 	var b strings.Builder
-	b.WriteString("| KV blocks | shared_prefix precision none / feedback / metrics / both | hit rate none / both |\n|---:|---|---|\n")
+	fmt.Fprintf(&b, "| KV blocks | shared_prefix precision %s | hit rate none / both / unsized |\n|---:|---|---|\n", strings.Join(Modes, " / "))
 	for _, v := range r.values {
 		k := workload.SharedPrefix
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", Thousands(v), r.figs(k, v, precBold, Modes...), r.figs(k, v, hit, "none", "both"))
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", Thousands(v), r.figs(k, v, precBold, Modes...), r.figs(k, v, hit, "none", "both", "unsized"))
 	}
 	return b.String()
 }
@@ -118,7 +119,8 @@ func ResidencyPrefixesTable(rec *ResidencyRecord) string {
 func ResidencyRestartsTable(rec *ResidencyRecord) string {
 	r := scenarioRows(rec, "restarts")
 	var b strings.Builder
-	b.WriteString("| restart every | shared_prefix precision none / feedback / metrics / both | hit rate none / feedback / metrics / both | TTFT p99 ms none / both |\n|---:|---|---|---|\n")
+	modes := strings.Join(Modes, " / ")
+	fmt.Fprintf(&b, "| restart every | shared_prefix precision %s | hit rate %s | TTFT p99 ms none / both |\n|---:|---|---|---|\n", modes, modes)
 	for _, v := range r.values {
 		k := workload.SharedPrefix
 		every := "never"
