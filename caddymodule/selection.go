@@ -134,7 +134,10 @@ type LLMSelection struct {
 	// IndexBlocks is the capacity, in 128-byte blocks (2 MiB of prompt text
 	// by default), of each replica's residency index until the engine
 	// reports its cache size; with another llm_route block_size the index
-	// holds as many bytes in that many more or fewer blocks. Default 16384.
+	// holds as many bytes in that many more or fewer blocks. The answers'
+	// cached tokens (request_usage) shrink it toward what an engine that
+	// never reports its size keeps (llama.cpp's server), so it is a
+	// ceiling rather than a guess. Default 16384.
 	IndexBlocks int `json:"index_blocks,omitempty"`
 
 	// SlotHold is for engines whose prompt cache belongs to a slot that
