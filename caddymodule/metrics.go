@@ -117,6 +117,7 @@ type stateCollector struct{}
 var (
 	descInFlight = prometheus.NewDesc(metricNS+"_in_flight", "Reservations held per replica.", []string{"replica"}, nil)
 	descIndex    = prometheus.NewDesc(metricNS+"_index_entries", "Residency index entries per replica.", []string{"replica"}, nil)
+	descIndexCap = prometheus.NewDesc(metricNS+"_index_capacity", "Residency index capacity per replica, in blocks: the engine's cache once it reports its size, else index_blocks as the cached-token feedback shrank it.", []string{"replica"}, nil)
 	descCooling  = prometheus.NewDesc(metricNS+"_cooling", "1 while the replica is cooling down.", []string{"replica"}, nil)
 	descSessions = prometheus.NewDesc(metricNS+"_sessions", "Sessions whose replica the router remembers (bounded, expiring).", nil, nil)
 )
@@ -124,6 +125,7 @@ var (
 func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descInFlight
 	ch <- descIndex
+	ch <- descIndexCap
 	ch <- descCooling
 	ch <- descSessions
 }
@@ -132,6 +134,7 @@ func (stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range snapshotReplicas() {
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(s.InFlight), s.Addr)
 		ch <- prometheus.MustNewConstMetric(descIndex, prometheus.GaugeValue, float64(s.IndexEntries), s.Addr)
+		ch <- prometheus.MustNewConstMetric(descIndexCap, prometheus.GaugeValue, float64(s.IndexCapacity), s.Addr)
 		cool := 0.0
 		if s.Cooling {
 			cool = 1

@@ -358,7 +358,7 @@ func TestMetricsExposed(t *testing.T) {
 	require.NoError(t, err)
 	body, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
-	for _, name := range []string{"llmroute_requests_total", "llmroute_in_flight", "llmroute_decision_seconds", "llmroute_time_to_first_byte_seconds", "llmroute_index_entries",
+	for _, name := range []string{"llmroute_requests_total", "llmroute_in_flight", "llmroute_decision_seconds", "llmroute_time_to_first_byte_seconds", "llmroute_index_entries", "llmroute_index_capacity",
 		`llmroute_admission_rejected_total{reason="no_replicas"}`} {
 		assert.Contains(t, string(body), name)
 	}

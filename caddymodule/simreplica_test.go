@@ -222,6 +222,11 @@ func TestPartialCacheShrinksBelief(t *testing.T) {
 	// blocks), far under the index: it halves it (at most half a verdict),
 	// where a miss or a partial without a reach takes 1/8.
 	assert.Equal(t, before.IndexCapacity/2, after.IndexCapacity, "a partial shrinks the index toward its reach")
+	mresp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", r.admin))
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	assert.Contains(t, string(metrics), fmt.Sprintf("llmroute_index_capacity{replica=%q} %d\n", addr, after.IndexCapacity), "the operator sees what the router learned")
 	assert.Less(t, after.Feedback.Precision, 1.0)
 	r.requireDrained(addr)
 }
