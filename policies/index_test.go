@@ -418,29 +418,8 @@ func BenchmarkIndexPlace(b *testing.B) {
 			}
 		})
 	}
-	// A conversation's turns: each prompt is the one before it and 8
-	// blocks more (an agent's next tool result), 16 conversations in turn
-	// on one replica, up to the chain's cap.
-	b.Run("turns", func(b *testing.B) {
-		ix := NewIndex(DefaultIndexCapacity)
-		convs := make([][]uint64, 16)
-		n := uint64(0)
-		for b.Loop() {
-			i := int(n % uint64(len(convs)))
-			c := convs[i]
-			if len(c)+8 > DefaultMaxBlocks {
-				c = c[:0]
-			}
-			for range 8 {
-				n++
-				c = append(c, mix64(uint64(i)<<48|n))
-			}
-			convs[i] = c
-			if ix.MatchInsert(c) > len(c)-8 {
-				b.Fatal("a turn's new blocks matched")
-			}
-		}
-	})
+	// A conversation's turns (benchTurns).
+	b.Run("turns", func(b *testing.B) { benchTurns(b, (*Index).MatchInsert) })
 	// New prompts into a full index: 20 shared blocks, then 300 of their
 	// own, each evicting an old block (a long agent history, or the
 	// bench's distinct bodies).
@@ -506,38 +485,40 @@ func benchFresh96(b *testing.B, replicas int) {
 	}
 }
 
-// BenchmarkIndexReach is the turns case of BenchmarkIndexPlace (16
-// conversations in turn, 8 blocks more each turn) placed with
-// MatchInsert and with MatchInsertReach, which walks the generations
+// BenchmarkIndexReach is the turns case of BenchmarkIndexPlace placed
+// with MatchInsert and with MatchInsertReach, which walks the generations
 // newer than the held run's last block: what measuring the reach costs a
 // placement on an engine that reports no cache size.
 func BenchmarkIndexReach(b *testing.B) {
-	for _, reach := range []bool{false, true} {
-		b.Run(fmt.Sprintf("reach=%v", reach), func(b *testing.B) {
-			ix := NewIndex(DefaultIndexCapacity)
-			convs := make([][]uint64, 16)
-			n := uint64(0)
-			for b.Loop() {
-				i := int(n % uint64(len(convs)))
-				c := convs[i]
-				if len(c)+8 > DefaultMaxBlocks {
-					c = c[:0]
-				}
-				for range 8 {
-					n++
-					c = append(c, mix64(uint64(i)<<48|n))
-				}
-				convs[i] = c
-				held := 0
-				if reach {
-					held, _ = ix.MatchInsertReach(c)
-				} else {
-					held = ix.MatchInsert(c)
-				}
-				if held > len(c)-8 {
-					b.Fatal("a turn's new blocks matched")
-				}
-			}
+	b.Run("reach=false", func(b *testing.B) { benchTurns(b, (*Index).MatchInsert) })
+	b.Run("reach=true", func(b *testing.B) {
+		benchTurns(b, func(ix *Index, c []uint64) int {
+			held, _ := ix.MatchInsertReach(c)
+			return held
 		})
+	})
+}
+
+// benchTurns places a conversation's turns with place: each prompt is the
+// one before it and 8 blocks more (an agent's next tool result), 16
+// conversations in turn on one replica, up to the chain's cap.
+func benchTurns(b *testing.B, place func(*Index, []uint64) int) {
+	ix := NewIndex(DefaultIndexCapacity)
+	convs := make([][]uint64, 16)
+	n := uint64(0)
+	for b.Loop() {
+		i := int(n % uint64(len(convs)))
+		c := convs[i]
+		if len(c)+8 > DefaultMaxBlocks {
+			c = c[:0]
+		}
+		for range 8 {
+			n++
+			c = append(c, mix64(uint64(i)<<48|n))
+		}
+		convs[i] = c
+		if place(ix, c) > len(c)-8 {
+			b.Fatal("a turn's new blocks matched")
+		}
 	}
 }
