@@ -18,9 +18,9 @@ import (
 //     before its first byte there, so the engine was still computing it).
 //     Misses shrink the index (it believes more than the engine keeps),
 //     hits let it grow back (additive increase, multiplicative decrease);
-//     while the engine's cache size is unknown a miss also says how much
-//     it keeps at most (the prediction's reach), and a hit how much it
-//     keeps at least, which bound the shrink;
+//     while the engine's cache size is unknown a partial also says how
+//     much it keeps at most (the prediction's reach), and a hit how much
+//     it keeps at least, which bound the shrink;
 //     and a run of misses on long predictions means the cache was wiped:
 //     the index is purged. Partials shrink it too until the engine's
 //     metrics give its cache size: where every prompt opens alike (one
