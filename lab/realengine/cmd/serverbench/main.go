@@ -61,14 +61,20 @@ type config struct {
 	KVBytes    int
 	// IndexBlocks is the policy's index_blocks (0: its default).
 	IndexBlocks int
+	// Repeat is how many runs of each policy a seed has, in turn (the
+	// policies one after the other, then again).
+	Repeat int
 	// cacheMiB is --cache-ram for the seed being run (0: the default).
 	cacheMiB int
 }
 
 // Run is one strategy on one seed.
 type Run struct {
-	Policy  string         `json:"policy"`
-	Seed    uint64         `json:"seed"`
+	Policy string `json:"policy"`
+	Seed   uint64 `json:"seed"`
+	// Rep numbers the runs of one policy on one seed from 1 (-repeat,
+	// -merge).
+	Rep     int            `json:"rep,omitempty"`
 	Summary client.Summary `json:"summary"`
 	// TTFTsMs holds the TTFT of every request that got a first token,
 	// sorted, for the distribution plots.
@@ -128,8 +134,23 @@ func main() {
 	flag.DurationVar(&c.SlotHold, "slot-hold", 2*time.Second, "slot_hold (0: off)")
 	flag.Float64Var(&c.CacheShare, "cache-share", 0, "trace: each server's RAM prompt cache (--cache-ram) as a share of its half of the sample's working set (0: llama-server's default, 8 GiB)")
 	flag.IntVar(&c.IndexBlocks, "index-blocks", 0, "the policy's index_blocks, its belief of each server's cache in 128-byte blocks (0: the default, 16384)")
+	flag.IntVar(&c.Repeat, "repeat", 1, "runs of each policy a seed, in turn; the goal pools a seed's runs")
+	merge := flag.String("merge", "", "records to merge into -out instead of running (realserver.json files of the same setup, comma-separated)")
 	flag.IntVar(&c.KVBytes, "kv-bytes", 4096, "trace: the model's KV cache bytes per token (ggufqwen3's defaults: 2 x 4 layers x 4 KV heads x 64 x 2 bytes)")
 	flag.Parse()
+	if *merge != "" {
+		rec, err := mergeRecords(strings.Split(*merge, ","))
+		if err == nil && c.Out == "" {
+			err = fmt.Errorf("-merge needs -out")
+		}
+		if err == nil {
+			err = write(rec, c.Out)
+		}
+		if err != nil {
+			fatal(err)
+		}
+		return
+	}
 	c.Policies = strings.Split(pols, ",")
 	switch c.Workload {
 	case "shared_prefix":
@@ -209,25 +230,35 @@ func run(c config) error {
 			}
 			plan = p
 		}
-		for _, pol := range c.Policies {
-			res, router, err := runOne(ctx, c, pol, seed, plan)
-			if err != nil {
-				return fmt.Errorf("%s seed %d: %w", pol, seed, err)
+		for rep := 1; rep <= max(c.Repeat, 1); rep++ {
+			for _, pol := range c.Policies {
+				res, router, err := runOne(ctx, c, pol, seed, plan)
+				if err != nil {
+					return fmt.Errorf("%s seed %d: %w", pol, seed, err)
+				}
+				s := client.Summarize(res)
+				rec.Runs = append(rec.Runs, Run{Policy: pol, Seed: seed, Rep: rep, Summary: s, TTFTsMs: sortedTTFTs(res), Router: router})
+				fmt.Fprintf(os.Stderr, "seed %d run %d %-12s ttft p50 %7.0f p99 %7.0f ms, cached %.3f, %d/%d complete; router %s\n",
+					seed, rep, pol, s.TTFTP50, s.TTFTP99, s.CachedTokenRate, s.Completed, s.Requests, routerLine(router))
 			}
-			s := client.Summarize(res)
-			rec.Runs = append(rec.Runs, Run{Policy: pol, Seed: seed, Summary: s, TTFTsMs: sortedTTFTs(res), Router: router})
-			fmt.Fprintf(os.Stderr, "seed %d %-12s ttft p50 %7.0f p99 %7.0f ms, cached %.3f, %d/%d complete; router %s\n",
-				seed, pol, s.TTFTP50, s.TTFTP99, s.CachedTokenRate, s.Completed, s.Requests, routerLine(router))
 		}
 	}
+	return write(rec, c.Out)
+}
+
+// write writes the record's files into dir.
+func write(rec Record, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
 	b, _ := json.MarshalIndent(rec, "", "  ")
-	if err := os.WriteFile(filepath.Join(c.Out, "realserver.json"), append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "realserver.json"), append(b, '\n'), 0o644); err != nil {
 		return err
 	}
-	if err := plotSeeds(rec, c.Out); err != nil {
+	if err := plotSeeds(rec, dir); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(c.Out, "realserver.md"), []byte(markdown(rec)), 0o644)
+	return os.WriteFile(filepath.Join(dir, "realserver.md"), []byte(markdown(rec)), 0o644)
 }
 
 // sortedTTFTs is the TTFTs of the results that got a first token, sorted.
@@ -242,20 +273,16 @@ func sortedTTFTs(res []client.Result) []float64 {
 	return out
 }
 
-// plotSeeds draws each seed's TTFT distribution per policy
-// (ttft_cdf_seed<N>.png).
+// plotSeeds draws each seed's TTFT distribution per policy, its runs
+// pooled (ttft_cdf_seed<N>.png).
 func plotSeeds(r Record, dir string) error {
-	by := map[uint64]map[string][]float64{}
 	var pols []string
 	for _, run := range r.Runs {
-		if by[run.Seed] == nil {
-			by[run.Seed] = map[string][]float64{}
-		}
-		by[run.Seed][run.Policy] = run.TTFTsMs
 		if !slices.Contains(pols, run.Policy) {
 			pols = append(pols, run.Policy)
 		}
 	}
+	by := pooledTTFTs(r)
 	for _, seed := range slices.Sorted(maps.Keys(by)) {
 		title := fmt.Sprintf("TTFT on two llama-server replicas, %s, seed %d", r.Workload, seed)
 		if err := plots.TTFTCDF(filepath.Join(dir, fmt.Sprintf("ttft_cdf_seed%d.png", seed)), title, pols, by[seed]); err != nil {
@@ -439,8 +466,7 @@ func markdown(r Record) string {
 	for _, s := range r.Samples {
 		bound[s.Seed] = s.Stats.Bound
 	}
-	b.WriteString("| seed | policy | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | cached token rate | of the bound | max/min load | complete | router: hit / partial / miss, index capacity |\n|---|---|---|---|---|---|---|---|---|---|\n")
-	by := map[string]map[uint64]client.Summary{}
+	b.WriteString("| seed | run | policy | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | cached token rate | of the bound | max/min load | complete | router: hit / partial / miss, index capacity |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, run := range r.Runs {
 		s := run.Summary
 		of := "-"
@@ -451,23 +477,9 @@ func markdown(r Record) string {
 		if p := run.Router; p != nil {
 			router = fmt.Sprintf("%d / %d / %d, %s", p.Hits, p.Partials, p.Misses, indexCapacities(p, " / "))
 		}
-		fmt.Fprintf(&b, "| %d | %s | %.0f | %.0f | %.0f | %.3f | %s | %s | %d/%d | %s |\n", run.Seed, run.Policy, s.TTFTP50, s.TTFTP90, s.TTFTP99, s.CachedTokenRate, of, loadSpread(s.PerReplica), s.Completed, s.Requests, router)
-		if by[run.Policy] == nil {
-			by[run.Policy] = map[uint64]client.Summary{}
-		}
-		by[run.Policy][run.Seed] = s
+		fmt.Fprintf(&b, "| %d | %d | %s | %.0f | %.0f | %.0f | %.3f | %s | %s | %d/%d | %s |\n", run.Seed, max(run.Rep, 1), run.Policy, s.TTFTP50, s.TTFTP90, s.TTFTP99, s.CachedTokenRate, of, loadSpread(s.PerReplica), s.Completed, s.Requests, router)
 	}
-	b.WriteString("\nGoal (issue 39): prefix_load's TTFT p50 <= 0.5x least_load's and p99 <= 1.1x, every seed.\n\n| seed | p50 ratio | p99 ratio | met |\n|---|---|---|---|\n")
-	seeds := slices.Sorted(maps.Keys(by["prefix_load"]))
-	for _, seed := range seeds {
-		pl := by["prefix_load"][seed]
-		ll, ok := by["least_load"][seed]
-		if !ok || ll.TTFTP50 == 0 || ll.TTFTP99 == 0 {
-			continue
-		}
-		p50, p99 := pl.TTFTP50/ll.TTFTP50, pl.TTFTP99/ll.TTFTP99
-		fmt.Fprintf(&b, "| %d | %.2f | %.2f | %v |\n", seed, p50, p99, p50 <= 0.5 && p99 <= 1.1)
-	}
+	goalTable(&b, r)
 	return b.String()
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -92,14 +93,52 @@ func TestLoadSpread(t *testing.T) {
 // per seed, and the hit rate is read against the sample's bound.
 func TestMarkdownGoal(t *testing.T) {
 	r := Record{Workload: "trace", Samples: []Sample{{Seed: 1, Stats: trace.Stats{Requests: 200, Bound: 0.5}}}, Runs: []Run{
-		{Policy: "prefix_load", Seed: 1, Summary: client.Summary{TTFTP50: 40, TTFTP99: 1000, CachedTokenRate: 0.45}},
-		{Policy: "least_load", Seed: 1, Summary: client.Summary{TTFTP50: 100, TTFTP99: 1000, CachedTokenRate: 0.3}},
+		{Policy: "prefix_load", Seed: 1, Summary: client.Summary{TTFTP50: 40, TTFTP99: 1000, CachedTokenRate: 0.45}, TTFTsMs: []float64{40, 40, 1000}},
+		{Policy: "least_load", Seed: 1, Summary: client.Summary{TTFTP50: 100, TTFTP99: 1000, CachedTokenRate: 0.3}, TTFTsMs: []float64{100, 100, 1000}},
 	}}
 	md := markdown(r)
-	for _, want := range []string{"| 1 | 0.40 | 1.00 | true |", "| 0.450 | 0.90 |", "| 0.300 | 0.60 |"} {
+	for _, want := range []string{"| 1 | 1 / 1 | 0.40 | 1.00 | true | 0.40 / 1.00 |", "| 0.450 | 0.90 |", "| 0.300 | 0.60 |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+// TestMergePoolsRuns: records merged number their runs per seed and
+// policy, and a seed's goal pools its runs' TTFTs (prefix_load's runs
+// read 0.20x and 2.00x least_load's median; pooled, 1.15x), listing each
+// pair's own ratios.
+func TestMergePoolsRuns(t *testing.T) {
+	dir := t.TempDir()
+	one := func(name string, pl []float64, plSum client.Summary) string {
+		r := Record{Workload: "trace", Runs: []Run{
+			{Policy: "prefix_load", Seed: 1, Summary: plSum, TTFTsMs: pl},
+			{Policy: "least_load", Seed: 1, Summary: client.Summary{TTFTP50: 100, TTFTP99: 100}, TTFTsMs: []float64{100, 100, 100}},
+		}}
+		if err := write(r, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Join(dir, name, "realserver.json")
+	}
+	a := one("a", []float64{10, 20, 30}, client.Summary{TTFTP50: 20, TTFTP99: 30})
+	b := one("b", []float64{200, 200, 200}, client.Summary{TTFTP50: 200, TTFTP99: 200})
+	r, err := mergeRecords([]string{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reps []int
+	for _, run := range r.Runs {
+		reps = append(reps, run.Rep)
+	}
+	if len(r.Runs) != 4 || fmt.Sprint(reps) != "[1 1 2 2]" {
+		t.Fatalf("runs %d, reps %v", len(r.Runs), reps)
+	}
+	md := markdown(r)
+	if want := "| 1 | 2 / 2 | 1.15 | 2.00 | false | 0.20 / 0.30, 2.00 / 2.00 |"; !strings.Contains(md, want) {
+		t.Errorf("markdown lacks %q:\n%s", want, md)
+	}
+	if _, err := mergeRecords([]string{a, filepath.Join(dir, "missing.json")}); err == nil {
+		t.Error("a missing record merged")
 	}
 }
 
