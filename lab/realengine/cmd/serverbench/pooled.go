@@ -33,17 +33,6 @@ func pooledTTFTs(r Record) map[uint64]map[string][]float64 {
 	return out
 }
 
-// runsOf is how many runs the record holds of policy on seed.
-func runsOf(r Record, seed uint64, policy string) int {
-	n := 0
-	for _, run := range r.Runs {
-		if run.Seed == seed && run.Policy == policy {
-			n++
-		}
-	}
-	return n
-}
-
 // goalTable renders the goal per seed over the pooled runs, and each
 // pair of runs' own ratios (run k of prefix_load against run k of
 // least_load) when there are several.
@@ -102,7 +91,7 @@ func mergeRecords(paths []string) (Record, error) {
 			return Record{}, fmt.Errorf("%s: workload %q, not %q", p, r.Workload, out.Workload)
 		}
 		for _, run := range r.Runs {
-			run.Rep = runsOf(out, run.Seed, run.Policy) + 1
+			run.Rep = len(runsFor(out, run.Seed, run.Policy)) + 1
 			out.Runs = append(out.Runs, run)
 		}
 	}
