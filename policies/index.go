@@ -115,17 +115,8 @@ func (ix *Index) Match(blocks []uint64) int {
 // MatchInsert is Match followed by Insert of the same chain, under one
 // lock: what placing a prompt on the replica does.
 func (ix *Index) MatchInsert(blocks []uint64) int {
-	if ix == nil || len(blocks) == 0 {
-		return 0
-	}
-	ix.mu.Lock()
-	n := 0
-	if ix.mayHold(blocks[0]) {
-		n = ix.matchLocked(blocks)
-	}
-	ix.insertLocked(blocks, n)
-	ix.mu.Unlock()
-	return n
+	held, _ := ix.matchInsert(blocks, false)
+	return held
 }
 
 // MatchInsertReach is MatchInsert that also returns the chain's reach
@@ -135,6 +126,11 @@ func (ix *Index) MatchInsert(blocks []uint64) int {
 // than the reach (Belief.Check); it costs a walk of up to a thousand
 // generation counts.
 func (ix *Index) MatchInsertReach(blocks []uint64) (held, reach int) {
+	return ix.matchInsert(blocks, true)
+}
+
+// matchInsert is MatchInsert, and MatchInsertReach when withReach.
+func (ix *Index) matchInsert(blocks []uint64, withReach bool) (held, reach int) {
 	if ix == nil || len(blocks) == 0 {
 		return 0, 0
 	}
@@ -142,7 +138,7 @@ func (ix *Index) MatchInsertReach(blocks []uint64) (held, reach int) {
 	if ix.mayHold(blocks[0]) {
 		held = ix.matchLocked(blocks)
 	}
-	if held > 0 {
+	if withReach && held > 0 {
 		if g, ok := ix.lru.stampOf(blocks[held-1]); ok {
 			reach = ix.lru.newer(g)
 		}

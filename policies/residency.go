@@ -218,11 +218,7 @@ func (b *Belief) Place(keys Keys) Placement {
 		return Placement{}
 	}
 	var p Placement
-	if b.sized.Load() {
-		p.Predicted = b.index.MatchInsert(keys.Blocks)
-	} else {
-		p.Predicted, p.Reach = b.index.MatchInsertReach(keys.Blocks)
-	}
+	p.Predicted, p.Reach = b.index.matchInsert(keys.Blocks, !b.sized.Load())
 	p.Head = keys.Blocks[0]
 	b.mu.Lock()
 	if b.pending == nil {
