@@ -344,7 +344,11 @@ func (b *Belief) Check(c Check) Checked {
 	capNow := b.index.Capacity()
 	switch {
 	case out.Result == CheckMiss, out.Result == CheckPartial && !sized:
-		next := shrunk(capNow, c.Reach, hitReach, sized, out.Result == CheckPartial)
+		reach := 0 // a miss shrinks by 1/8 whatever its reach
+		if out.Result == CheckPartial {
+			reach = c.Reach
+		}
+		next := shrunk(capNow, reach, hitReach)
 		b.index.SetCapacity(next)
 		b.mu.Lock()
 		b.hitReach = min(b.hitReach, next)
@@ -357,13 +361,14 @@ func (b *Belief) Check(c Check) Checked {
 	return out
 }
 
-// shrunk is the capacity after a miss (or an unsized partial) at capacity
-// n on a prediction of the given reach: 7/8 of n, or for a partial the
-// reach (never under half of n) where the engine's size is unknown and
-// the reach is less, but beyond hitReach; never under MinIndexBlocks.
-func shrunk(n, reach, hitReach int, sized, partial bool) int {
+// shrunk is the capacity after a miss or an unsized partial at capacity
+// n: 7/8 of n, or the partial's reach (never under half of n) when that
+// is less and beyond hitReach; never under MinIndexBlocks. A partial
+// shrinks only while the engine's size is unknown, which is also when
+// Place measures its reach (0 otherwise).
+func shrunk(n, reach, hitReach int) int {
 	next := n * 7 / 8
-	if partial && !sized && reach > hitReach && reach < next {
+	if reach > hitReach && reach < next {
 		next = max(reach, n/2)
 	}
 	return max(next, MinIndexBlocks)
