@@ -250,16 +250,12 @@ func keysChat(req *Request, b *chatBody, cfg ParseConfig, sizeHint int) {
 	}
 
 	var k keyChain
-	k.init(cfg, req, sizeHint)
-	tools := toolsCanonical(&b.commonBody)
+	k.init(cfg, req, toolsCanonical(&b.commonBody), sizeHint)
 	for i := range msgs {
-		if k.inLeadingRun() && !isSystem(msgs[i].Role.s) {
-			k.endLeadingRun(tools)
+		if !isSystem(msgs[i].Role.s) {
+			k.endLeadingRun()
 		}
 		renderChatMessage(&k.sink, &msgs[i])
-	}
-	if k.inLeadingRun() {
-		k.endLeadingRun(tools)
 	}
 	k.setKeys(req, answerMessage)
 }
@@ -274,8 +270,8 @@ func keysCompletions(req *Request, b *completionsBody, cfg ParseConfig, sizeHint
 		return
 	}
 	var k keyChain
-	k.init(cfg, req, sizeHint)
-	k.endLeadingRun(toolsCanonical(&b.commonBody)) // a prompt has no leading run
+	k.init(cfg, req, toolsCanonical(&b.commonBody), sizeHint)
+	k.endLeadingRun() // a prompt has no leading run
 	renderPrompt(&k.sink, &b.Prompt)
 	// Only a single string prompt is continued by its completion's text;
 	// arrays and token ids have no one continuation.
@@ -311,29 +307,25 @@ func keysResponses(req *Request, b *responsesBody, text *jsonText, cfg ParseConf
 	}
 
 	// The tools follow the leading run, as in keysChat.
-	tools := toolsCanonical(&b.commonBody)
 	var k keyChain
-	k.init(cfg, req, sizeHint)
+	k.init(cfg, req, toolsCanonical(&b.commonBody), sizeHint)
 	if b.Instructions.kind != shapeAbsent {
 		header(&k.sink, "system")
 		b.Instructions.render(&k.sink)
 		k.WriteString(endTag)
 	}
 	if text != nil {
-		k.endLeadingRun(tools)
+		k.endLeadingRun()
 		renderText(&k.sink, "user", text.s)
 		k.setKeys(req, answerMessage)
 		return
 	}
 	for i := range items {
 		it := &items[i]
-		if k.inLeadingRun() && (it.kind() != "message" || !isSystem(it.Role.s)) {
-			k.endLeadingRun(tools)
+		if it.kind() != "message" || !isSystem(it.Role.s) {
+			k.endLeadingRun()
 		}
 		renderItem(&k.sink, it)
-	}
-	if k.inLeadingRun() {
-		k.endLeadingRun(tools)
 	}
 	k.setKeys(req, answerMessage)
 }
@@ -341,33 +333,37 @@ func keysResponses(req *Request, b *responsesBody, text *jsonText, cfg ParseConf
 // keyChain is a request's chain while its keys are made: the sink, seeded
 // with the leading key's fields, and the leading run, which the chain
 // renders first and the leading key then identifies by the chain's state
-// (sink.sofar).
+// (sink.sofar); the request's tools follow the run.
 type keyChain struct {
 	sink
 	fields     leadingFields
+	tools      []byte
 	leading    uint64
 	leadBlocks int // the blocks within the leading run; -1 while it is open
 }
 
 // init starts req's chain, its leading run open.
-func (k *keyChain) init(cfg ParseConfig, req *Request, sizeHint int) {
-	k.fields, k.leadBlocks = newLeadingFields(cfg.Deployment, req.Model, req.CacheSalt), -1
+func (k *keyChain) init(cfg ParseConfig, req *Request, tools []byte, sizeHint int) {
+	k.fields, k.tools, k.leadBlocks = newLeadingFields(cfg.Deployment, req.Model, req.CacheSalt), tools, -1
 	k.initChain(k.fields.key(0), cfg.BlockSize, cfg.MaxBlocks, sizeHint)
 }
 
-// inLeadingRun reports whether the leading run is still being rendered.
-func (k *keyChain) inLeadingRun() bool { return k.leadBlocks < 0 }
-
-// endLeadingRun ends the leading run where the rendering is: the leading
-// key takes its identity, and the tools follow it.
-func (k *keyChain) endLeadingRun(tools []byte) {
+// endLeadingRun ends the leading run where the rendering is, unless it
+// ended before: the leading key takes its identity, and the tools follow
+// it.
+func (k *keyChain) endLeadingRun() {
+	if k.leadBlocks >= 0 {
+		return
+	}
 	k.leading, k.leadBlocks = k.fields.key(k.sofar()), len(k.blocks)
-	renderTools(&k.sink, tools)
+	renderTools(&k.sink, k.tools)
 }
 
-// setKeys stores the chain's result in req; an answer continues it as
+// setKeys stores the chain's result in req, the leading run ended if it
+// had not (a prompt of system messages only); an answer continues it as
 // kind says.
 func (k *keyChain) setKeys(req *Request, kind answerKind) {
+	k.endLeadingRun()
 	req.Keys = Keys{Leading: k.leading, Blocks: k.blocks, BlockBytes: k.size, LeadingBlocks: k.leadBlocks,
 		Bytes: k.total, end: k.end(kind)}
 	req.PromptBytes = k.total
