@@ -368,10 +368,24 @@ func TestGenAIMetricsSurviveReload(t *testing.T) {
 		assert.Contains(t, body, name)
 	}
 	r.load(site)
-	// The reload closes the old server's idle connections; a kept-alive
-	// one could meet that close (a reset) rather than the new config.
-	http.DefaultClient.CloseIdleConnections()
-	send()
+	// The first request on each port after a reload may meet the old
+	// server's shutdown (the admin endpoint is replaced too).
+	resp := doAfterReload(t, func() *http.Request {
+		req, err := http.NewRequest(http.MethodPost, r.url("/v1/chat/completions"), strings.NewReader(chatBody("s", "u", false)))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		return req
+	})
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp = doAfterReload(t, func() *http.Request {
+		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", r.admin), nil)
+		require.NoError(t, err)
+		return req
+	})
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
 	waitFor(t, "the request after the reload counted", func() bool { return value(scrape()) == before+1 })
 }
 
