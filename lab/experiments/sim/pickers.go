@@ -27,6 +27,11 @@ type picker interface {
 type strategyPicker struct{ s policies.Strategy }
 
 func (p strategyPicker) pick(f *flight, view []policies.Replica) int {
+	if r, ok := p.s.(policies.Reasoner); ok {
+		i, why := r.PickReason(f.req.Keys, view)
+		f.why = why
+		return i
+	}
 	return p.s.Pick(f.req.Keys, view)
 }
 

@@ -84,6 +84,10 @@ type Result struct {
 	SecondAgreement     float64 `json:"second_agreement,omitempty"`
 	secondAgreed        int
 
+	// Rules (Config.RuleStats) are, per rule that placed a completed
+	// request, what the engines held of its prompt at the decision.
+	Rules map[policies.Reason]RuleStat `json:"rules,omitempty"`
+
 	// Samples (KeepSamples): TTFT and latency of every completed request.
 	TTFTSamples []float64 `json:"-"`
 
@@ -153,7 +157,11 @@ type Residency struct {
 }
 
 func newResult(cfg Config, w *workload.Workload) *Result {
-	return &Result{Policy: cfg.Policy, first: -1, keep: cfg.KeepSamples}
+	r := &Result{Policy: cfg.Policy, first: -1, keep: cfg.KeepSamples}
+	if cfg.RuleStats {
+		r.Rules = map[policies.Reason]RuleStat{}
+	}
+	return r
 }
 
 // record accounts one finished (ok) or failed request.
@@ -169,6 +177,9 @@ func (r *Result) record(s *Sim, f *flight, ok bool, u simengine.Usage) {
 		return
 	}
 	r.Completed++
+	if s.cfg.RuleStats {
+		r.Rules[f.why] = r.Rules[f.why].add(f, u.PromptTokens)
+	}
 	r.PromptTokens += int64(u.PromptTokens)
 	r.CachedTokens += int64(u.CachedTokens)
 	r.OutputTokens += int64(u.CompletionTokens)
@@ -303,4 +314,38 @@ func Percentile(sorted []float64, p float64) float64 {
 	hi := min(lo+1, len(sorted)-1)
 	fr := pos - float64(lo)
 	return sorted[lo]*(1-fr) + sorted[hi]*fr
+}
+
+// RuleStat is what the engines had cached, at the decision, of the
+// prompts one rule placed: where the rule sent them (Sent), on the engine
+// that had the most (Best), and on their home (Home: the highest
+// rendezvous rank of policies.HomeKey), in engine tokens of PromptTokens.
+// Sent against Best is what the rule left on the table; Home against
+// Sent what a router that knew nothing, sending every prompt home, would
+// have found.
+type RuleStat struct {
+	Requests     int   `json:"requests"`
+	PromptTokens int64 `json:"prompt_tokens"`
+	SentTokens   int64 `json:"sent_tokens"`
+	BestTokens   int64 `json:"best_tokens"`
+	HomeTokens   int64 `json:"home_tokens"`
+}
+
+func (r RuleStat) add(f *flight, prompt int) RuleStat {
+	r.Requests++
+	r.PromptTokens += int64(prompt)
+	r.SentTokens += int64(f.trueTok)
+	r.BestTokens += int64(f.bestTok)
+	r.HomeTokens += int64(f.homeTok)
+	return r
+}
+
+// Merge adds o's counts to r's.
+func (r RuleStat) Merge(o RuleStat) RuleStat {
+	r.Requests += o.Requests
+	r.PromptTokens += o.PromptTokens
+	r.SentTokens += o.SentTokens
+	r.BestTokens += o.BestTokens
+	r.HomeTokens += o.HomeTokens
+	return r
 }

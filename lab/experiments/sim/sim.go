@@ -92,6 +92,11 @@ type Config struct {
 	// replica that generated it (policies.NewAnswer), as the module's
 	// index_answers does.
 	IndexAnswers bool `json:"index_answers,omitempty"`
+	// RuleStats measures, per rule of a strategy that names its rules
+	// (policies.Reasoner), what the engines held of the prompts it
+	// placed (Result.Rules). It reads every engine's cache per
+	// decision, which costs the run time.
+	RuleStats bool `json:"rule_stats,omitempty"`
 }
 
 // Restart is one engine crash-restart.
@@ -122,6 +127,10 @@ type flight struct {
 	head       uint64
 	concurrent bool
 	uncached   int
+	// why is the rule that placed it (Reasoner strategies); bestTok and
+	// homeTok what the best engine and its home had cached (RuleStats).
+	why              policies.Reason
+	bestTok, homeTok int
 }
 
 // replicaView is one router's state for one replica.
@@ -370,6 +379,9 @@ func (s *Sim) dispatch(rt *router, f *flight) bool {
 	}
 	s.placeFirst(f, i)
 	f.trueTok = rp.eng.CachedPrefixTokens(f.tokens)
+	if s.cfg.RuleStats {
+		s.survey(f)
+	}
 	pl := v.belief.Place(f.req.Keys) // optimistic, as the module is
 	f.predicted, f.concurrent, f.head, f.reach = pl.Predicted, pl.Concurrent, pl.Head, pl.Reach
 	f.uncached = policies.UncachedBytes(f.req.Keys, pl.Predicted)
@@ -390,6 +402,22 @@ func (s *Sim) dispatch(rt *router, f *flight) bool {
 		s.step(i)
 	}
 	return true
+}
+
+// survey measures, for RuleStats, what the engines have cached of f's
+// prompt: the most any has, and what its home has (the highest
+// rendezvous rank of policies.HomeKey, where a router that knows nothing
+// of the prompt would look).
+func (s *Sim) survey(f *flight) {
+	hk, home, best := policies.HomeKey(f.req.Keys), -1, uint64(0)
+	f.bestTok = 0
+	for i, rp := range s.reps {
+		f.bestTok = max(f.bestTok, rp.eng.CachedPrefixTokens(f.tokens))
+		if r := policies.Rendezvous(hk, rp.addr); home < 0 || r > best {
+			home, best = i, r
+		}
+	}
+	f.homeTok = s.reps[home].eng.CachedPrefixTokens(f.tokens)
 }
 
 // notePeers records what rt's strategy believed about peers at a

@@ -352,3 +352,37 @@ func TestPeerBelief(t *testing.T) {
 		t.Errorf("round_robin: peers share %v, flips %d, alone at %v s; want nothing reported", rr.PeersShare, rr.PeerFlips, rr.FirstAloneS)
 	}
 }
+
+// TestRuleStats: with RuleStats every completed request is counted under
+// the rule that placed it, what was cached where it went sums to the
+// residency's truth, no rule's prompts were better served where sent than
+// on the best engine, and the survey changes no decision.
+func TestRuleStats(t *testing.T) {
+	cfg := config("prefix_load", 256)
+	cfg.Routers = 2
+	plain := mustRun(t, cfg, multiTurn(t, 300))
+	if plain.Rules != nil {
+		t.Fatal("rules measured without RuleStats")
+	}
+	cfg.RuleStats = true
+	r := mustRun(t, cfg, multiTurn(t, 300))
+	if r.TokenHitRate != plain.TokenHitRate || r.TTFT.P99 != plain.TTFT.P99 || !slices.Equal(r.Dispatched, plain.Dispatched) {
+		t.Fatalf("the survey changed the run: hit %v vs %v", r.TokenHitRate, plain.TokenHitRate)
+	}
+	var sum RuleStat
+	for why, st := range r.Rules {
+		if why == "" {
+			t.Fatal("a request counted under no rule")
+		}
+		if st.SentTokens > st.BestTokens || st.HomeTokens > st.BestTokens || st.BestTokens > st.PromptTokens {
+			t.Fatalf("%s: sent %d, home %d, best %d of %d", why, st.SentTokens, st.HomeTokens, st.BestTokens, st.PromptTokens)
+		}
+		sum = sum.Merge(st)
+	}
+	if len(r.Rules) < 2 || sum.Requests != r.Completed || sum.SentTokens != r.Residency.TrueTokens || sum.PromptTokens != r.PromptTokens {
+		t.Fatalf("%d rules, %d requests of %d completed, sent %d vs true %d", len(r.Rules), sum.Requests, r.Completed, sum.SentTokens, r.Residency.TrueTokens)
+	}
+	if sum.BestTokens <= sum.SentTokens {
+		t.Fatalf("two routers never missed a better engine (best %d, sent %d)", sum.BestTokens, sum.SentTokens)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"path/filepath"
 
+	"github.com/llmroute/caddy-llmroute/lab/experiments/sim"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/trace"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/workload"
 	"github.com/llmroute/caddy-llmroute/policies"
@@ -75,6 +76,9 @@ type TracePoint struct {
 	MaxBlocks  int `json:"max_blocks,omitempty"`
 	// TTFTQuantiles are the 0th..100th percentiles (first seed only).
 	TTFTQuantiles []float64 `json:"ttft_quantiles_ms,omitempty"`
+	// Rules are the engines' caches per rule (sim.Config.RuleStats), in
+	// the runs that measure them.
+	Rules map[policies.Reason]sim.RuleStat `json:"rules,omitempty"`
 }
 
 // ChainCap is one router chain configuration of the chain-cap runs.
@@ -230,6 +234,7 @@ func tracePoint(c TraceCase, t *task, bound float64, cdf bool) TracePoint {
 			pt.LoadMin = d
 		}
 	}
+	pt.Rules = t.res.Rules
 	if cdf {
 		for _, q := range t.res.TTFT.Quantiles {
 			pt.TTFTQuantiles = append(pt.TTFTQuantiles, round(q, 2))

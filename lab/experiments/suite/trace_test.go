@@ -3,6 +3,9 @@ package suite
 import (
 	"strings"
 	"testing"
+
+	"github.com/llmroute/caddy-llmroute/lab/experiments/sim"
+	"github.com/llmroute/caddy-llmroute/policies"
 )
 
 func TestTraceCasesSizeTheCache(t *testing.T) {
@@ -89,5 +92,34 @@ func TestTraceVariantsMarkdownRatios(t *testing.T) {
 	// one-router figure.
 	if want := "| 8 replicas, KV 0.25x | cold_choices 1 | 0.360 / 0.400 | 0.900 / **0.800** |"; !strings.Contains(md, want) {
 		t.Errorf("want a row starting %q in:\n%s", want, md)
+	}
+}
+
+// TestTraceRulesMarkdown: the rules table sums the seeds per rule and
+// router count, each rule's cached shares of its own prompt tokens.
+func TestTraceRulesMarkdown(t *testing.T) {
+	c := TraceCase{Replicas: 8, KVShare: 0.25}
+	pt := func(routers int, seed uint64, rules map[policies.Reason]sim.RuleStat) TracePoint {
+		return TracePoint{SweepPoint: SweepPoint{Workload: c.Label(), Policy: "prefix_load", Routers: routers, Seed: seed}, Rules: rules}
+	}
+	rec := &TraceVariantsRecord{Seeds: []uint64{1, 2}, Cases: []TraceCase{c}, Points: []TracePoint{
+		pt(TraceVariantRouters, 1, map[policies.Reason]sim.RuleStat{
+			policies.ReasonLoad:    {Requests: 3, PromptTokens: 100, SentTokens: 10, BestTokens: 40, HomeTokens: 30},
+			policies.ReasonHistory: {Requests: 1, PromptTokens: 100, SentTokens: 90, BestTokens: 90, HomeTokens: 50}}),
+		pt(TraceVariantRouters, 2, map[policies.Reason]sim.RuleStat{
+			policies.ReasonLoad: {Requests: 1, PromptTokens: 100, SentTokens: 10, BestTokens: 20, HomeTokens: 10}}),
+	}}
+	md := TraceRulesMarkdown(rec)
+	for _, want := range []string{
+		"| 8 replicas, KV 0.25x | 4 | load | 0.800 | 0.667 | 0.100 | 0.300 | 0.200 |",
+		"| 8 replicas, KV 0.25x | 4 | history | 0.200 | 0.333 | 0.900 | 0.900 | 0.500 |",
+		"| 8 replicas, KV 0.25x | 4 | all | 1.000 | 1.000 | 0.367 | 0.500 | 0.300 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("want %q in:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "| 8 replicas, KV 0.25x | 1 |") {
+		t.Errorf("a router count without rule figures has rows:\n%s", md)
 	}
 }

@@ -3,8 +3,10 @@ package suite
 import (
 	"fmt"
 	"path/filepath"
+	"sort"
 	"strings"
 
+	"github.com/llmroute/caddy-llmroute/lab/experiments/sim"
 	"github.com/llmroute/caddy-llmroute/lab/experiments/trace"
 	"github.com/llmroute/caddy-llmroute/policies"
 )
@@ -88,7 +90,11 @@ func RunTraceVariants(o Options, tc TraceConfig) (*TraceVariantsRecord, error) {
 			c.RatePerS = round(TraceUtil*ColdCapacity(EngineConfig(c.KVBlocks), w.MeanPromptTokens, w.MeanOutputTokens, s.Cap)*float64(c.Replicas), 3)
 			w.ScaleRate(c.RatePerS)
 			s.Routers = 1
-			t := &task{phase: "variants", label: fmt.Sprintf("%s routers=1 seed=%d prefix_load", c.file(), seed), cfg: SimConfig("prefix_load", s, seed), w: w}
+			// Where the hits go is measured as shipped, alone and with
+			// the variants' routers (TraceRulesMarkdown).
+			cfg := SimConfig("prefix_load", s, seed)
+			cfg.RuleStats = true
+			t := &task{phase: "variants", label: fmt.Sprintf("%s routers=1 seed=%d prefix_load", c.file(), seed), cfg: cfg, w: w}
 			tasks, caseOf[t], nameOf[t] = append(tasks, t), ci, "prefix_load"
 			s.Routers = TraceVariantRouters
 			for _, v := range TraceVariants {
@@ -98,6 +104,7 @@ func RunTraceVariants(o Options, tc TraceConfig) (*TraceVariantsRecord, error) {
 				}
 				cfg := SimConfig("prefix_load", s, seed)
 				cfg.Options, cfg.ColdChoices = v.Options, v.ColdChoices
+				cfg.RuleStats = v.Name == "prefix_load"
 				t := &task{phase: "variants", label: fmt.Sprintf("%s routers=%d seed=%d %s", c.file(), s.Routers, seed, v.Name), cfg: cfg, w: wv}
 				tasks, caseOf[t], nameOf[t] = append(tasks, t), ci, v.Name
 			}
@@ -150,6 +157,54 @@ func TraceVariantsMarkdown(rec *TraceVariantsRecord) string {
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", c.Label(), v.Name, strings.Join(hit, " / "), strings.Join(ratio, " / "),
 				strings.Join(p50, " / "), strings.Join(p99, " / "))
+		}
+	}
+	b.WriteString(TraceRulesMarkdown(rec))
+	return b.String()
+}
+
+// TraceRulesMarkdown renders where the hits go: per case and router
+// count, prefix_load as shipped, summed over the seeds, each rule's share
+// of the requests and of the prompt tokens, and what the engines had
+// cached of its prompts at the decision: where the rule sent them, on the
+// engine that had the most, and on their home (sim.RuleStat).
+func TraceRulesMarkdown(rec *TraceVariantsRecord) string {
+	var b strings.Builder
+	b.WriteString("\n## Where the hits go\n\nprefix_load as shipped, seeds summed: per rule that placed a request, its share of the requests and of the prompt tokens, " +
+		"and the share of those prompts' tokens the engines had cached when it decided: where the rule sent them, on the engine that had the most, " +
+		"and on the prompt's home (the highest rendezvous rank of its home key, where a router that had seen none of it would look).\n\n")
+	b.WriteString("| case | routers | rule | requests | prompt tokens | cached where sent | on the best engine | at the home |\n|---|---:|---|---:|---:|---:|---:|---:|\n")
+	for _, c := range rec.Cases {
+		for _, routers := range []int{1, TraceVariantRouters} {
+			rules := map[policies.Reason]sim.RuleStat{}
+			var all sim.RuleStat
+			for _, p := range rec.Points {
+				if p.Workload != c.Label() || p.Routers != routers || p.Policy != "prefix_load" {
+					continue
+				}
+				for why, st := range p.Rules {
+					rules[why] = rules[why].Merge(st)
+					all = all.Merge(st)
+				}
+			}
+			if all.Requests == 0 {
+				continue
+			}
+			names := make([]string, 0, len(rules))
+			for why := range rules {
+				names = append(names, string(why))
+			}
+			sort.Strings(names)
+			share := func(n, of int64) string { return fmt.Sprintf("%.3f", float64(n)/float64(max(of, 1))) }
+			for _, name := range append(names, "all") {
+				st := all
+				if name != "all" {
+					st = rules[policies.Reason(name)]
+				}
+				fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", c.Label(), routers, name,
+					share(int64(st.Requests), int64(all.Requests)), share(st.PromptTokens, all.PromptTokens),
+					share(st.SentTokens, st.PromptTokens), share(st.BestTokens, st.PromptTokens), share(st.HomeTokens, st.PromptTokens))
+			}
 		}
 	}
 	return b.String()
