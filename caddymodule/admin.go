@@ -68,10 +68,11 @@ func snapshotPolicies() []stateapi.Policy {
 
 // status is the policy's entry in /llm_route/state.
 func (p *LLMSelection) status() stateapi.Policy {
-	peers, fresh, run := "", "", 0
+	peers, fresh, queued, run := "", "", false, 0
 	if ps, ok := p.strategy.(policies.PeerSensor); ok {
 		peers = map[bool]string{false: "none", true: "some"}[ps.Peers()]
 		fresh = map[bool]string{false: "load", true: "home"}[ps.HomesNewPrefixes()]
+		queued = ps.QueuedHomes()
 		run = p.opts.UniqueRun
 	}
 	return stateapi.Policy{
@@ -83,7 +84,7 @@ func (p *LLMSelection) status() stateapi.Policy {
 		CooldownMax:      time.Duration(p.CooldownMax),
 		DialTimeoutFails: p.DialTimeoutFails, StatusFails: p.StatusFails, EngineMetrics: p.EngineMetrics != nil,
 		SheddableShare: p.SheddableShare, SlotHold: p.holds.status(time.Duration(p.SlotHold)),
-		Peers: peers, NewPrefixes: fresh, UniqueRun: run, Replicas: p.replicaAddrs(),
+		Peers: peers, NewPrefixes: fresh, QueuedHomes: queued, UniqueRun: run, Replicas: p.replicaAddrs(),
 	}
 }
 

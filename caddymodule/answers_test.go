@@ -145,7 +145,7 @@ func TestPendingPrefill(t *testing.T) {
 	reserve := func() *attempt {
 		a, ok := st.reserve(now, 0, &attemptRules{})
 		require.True(t, ok)
-		a.placeKeys(keys)
+		a.placeKeys(keys, "")
 		return a
 	}
 	assert.Zero(t, pendingPrefill(st))
@@ -163,7 +163,7 @@ func TestPendingPrefill(t *testing.T) {
 	late, ok := st.reserve(now, 0, &attemptRules{})
 	require.True(t, ok)
 	late.end(succeeded)
-	late.placeKeys(keys)
+	late.placeKeys(keys, "")
 	assert.Zero(t, pendingPrefill(st))
 }
 

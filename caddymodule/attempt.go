@@ -27,6 +27,9 @@ type attempt struct {
 	// place is what the replica's belief said when the request was sent
 	// there; place.Head is counted pending until the first byte.
 	place policies.Placement
+	// why is the strategy's rule that placed it (policies.Reasoner), for
+	// the feedback.
+	why policies.Reason
 	// probe is true while this attempt is the replica's probe and has not
 	// been judged yet.
 	probe bool
@@ -96,14 +99,15 @@ func (s *replicaState) reserve(now time.Time, limit int, rules *attemptRules) (*
 
 // placeKeys tells the replica's belief that the request with keys goes
 // there (policies.Belief.Place: the prediction, the optimistic insert, the
-// pending count), keeps what it said for the feedback, and counts the
+// pending count), keeps what it said and the rule that chose the replica
+// (why) for the feedback, and counts the
 // prompt it believes uncached as the replica's pending prefill until the
 // first byte (prefill.go).
-func (a *attempt) placeKeys(keys policies.Keys) {
+func (a *attempt) placeKeys(keys policies.Keys, why policies.Reason) {
 	pl := a.rep.belief.Place(keys)
 	s := a.rep
 	s.mu.Lock()
-	a.place = pl
+	a.place, a.why = pl, why
 	ended := a.released || !a.prefilling
 	if ended {
 		// Ended before it was placed: nothing is pending any more.
@@ -116,11 +120,12 @@ func (a *attempt) placeKeys(keys policies.Keys) {
 	}
 }
 
-// prediction returns what the belief said when the attempt was placed.
-func (a *attempt) prediction() policies.Placement {
+// prediction returns what the belief said when the attempt was placed,
+// and the rule that placed it.
+func (a *attempt) prediction() (policies.Placement, policies.Reason) {
 	a.rep.mu.Lock()
 	defer a.rep.mu.Unlock()
-	return a.place
+	return a.place, a.why
 }
 
 // endPrefillLocked ends the attempt's prefilling phase: at its first byte

@@ -24,9 +24,9 @@ func (h *LLMRoute) feedback(rc *routeCtx, a *attempt, sn *usageSniffer) {
 	if !ok {
 		return
 	}
-	pl := a.prediction()
+	pl, why := a.prediction()
 	c := policies.Check{PredictedBlocks: pl.Predicted, Concurrent: pl.Concurrent, Reach: pl.Reach,
-		CachedTokens: cached, PromptTokens: sn.promptTokens, PromptBytes: rc.req.PromptBytes}
+		CachedTokens: cached, PromptTokens: sn.promptTokens, PromptBytes: rc.req.PromptBytes, Reason: why}
 	res := a.rep.check(c)
 	if o := a.rules.observer; o != nil {
 		o.Observe(c, res)

@@ -72,19 +72,24 @@ func TestPendingPrefixMarksConcurrent(t *testing.T) {
 	reserve := func(head uint64) *attempt {
 		a, ok := st.reserve(now, 0, &attemptRules{})
 		require.True(t, ok)
-		a.placeKeys(policies.Keys{Blocks: []uint64{head}})
+		a.placeKeys(policies.Keys{Blocks: []uint64{head}}, policies.ReasonLoad)
 		return a
 	}
+	concurrent := func(a *attempt) bool {
+		pl, why := a.prediction()
+		require.Equal(t, policies.ReasonLoad, why, "the rule is kept for the feedback")
+		return pl.Concurrent
+	}
 	first := reserve(7)
-	assert.False(t, first.prediction().Concurrent)
+	assert.False(t, concurrent(first))
 	second := reserve(7)
-	assert.True(t, second.prediction().Concurrent, "sent while the first was prefilling the same prefix")
+	assert.True(t, concurrent(second), "sent while the first was prefilling the same prefix")
 	other := reserve(9)
-	assert.False(t, other.prediction().Concurrent, "another prefix")
+	assert.False(t, concurrent(other), "another prefix")
 	first.firstByte()
 	second.end(succeeded)
 	third := reserve(7)
-	assert.False(t, third.prediction().Concurrent, "nothing of that prefix is pending any more")
+	assert.False(t, concurrent(third), "nothing of that prefix is pending any more")
 	third.end(succeeded)
 	other.end(neutralEnd)
 	first.end(succeeded)

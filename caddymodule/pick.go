@@ -181,7 +181,7 @@ func (p *LLMSelection) trySelect(pool reverseproxy.UpstreamPool, r *http.Request
 				rc.shared.shareSession(rc.sessionKey, view[i].Addr) // sharedsessions.go
 			}
 		}
-		a.placeKeys(keys)
+		a.placeKeys(keys, why)
 		clearAttemptPlaceholders(r)
 		if body, n, ok := rc.attemptBody(); ok {
 			r.Body = body

@@ -56,7 +56,7 @@ func TestLiveViewMatchesLocked(t *testing.T) {
 		case k < 30:
 			if a, ok := st.reserve(now, 4, rules); ok {
 				if r.IntN(4) > 0 {
-					a.placeKeys(keys[r.IntN(len(keys))])
+					a.placeKeys(keys[r.IntN(len(keys))], "")
 				}
 				live = append(live, a)
 			}

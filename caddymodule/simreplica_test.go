@@ -347,3 +347,62 @@ func TestPeerSenseSurvivesReloadThroughCaddy(t *testing.T) {
 	assert.Equal(t, "none", st.Policies[0].Peers, "what it learned survived the reload")
 	r.requireDrained(a1, a2)
 }
+
+// TestQueuedHomesFromFeedback proves, through Caddy against a simulated
+// vLLM engine, that the engine's report on a new prefix sent to its
+// rendezvous home reaches prefix_load's homeFinds: prompts another client
+// put in the engine's cache, new to this router, found there, turn on
+// queued_homes in the state; prompts nobody sent before leave it off.
+func TestQueuedHomesFromFeedback(t *testing.T) {
+	cfg := simreplica.Config{Name: "sim-homes", OutputTokens: 4, RestartDown: -1, Personality: simreplica.LlamaCpp}
+	cfg.Engine = simengine.DefaultConfig()
+	cfg.Engine.Speed = 50
+	sim, err := simreplica.New(cfg)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = sim.Serve(ln) }()
+	t.Cleanup(func() { _ = sim.Close() })
+	addr := ln.Addr().String()
+	r := startRouter(t, fmt.Sprintf(`
+	llm_route {
+		request_usage
+	}
+	reverse_proxy %s {
+		lb_policy llm prefix_load {
+			peers some
+		}
+	}`, addr))
+	prompt := func(i int) string {
+		return fmt.Sprintf("document %d: ", i) + strings.Repeat(fmt.Sprintf("the facts of case %d, set out at length. ", i), 30)
+	}
+	send := func(url, user string) {
+		resp := post(t, url, "", "", "", chatBody("", user, false))
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	queued := func() bool {
+		st := r.state()
+		require.Len(t, st.Policies, 1)
+		require.Equal(t, "home", st.Policies[0].NewPrefixes)
+		return st.Policies[0].QueuedHomes
+	}
+	// Prompts nobody sent before: their home has nothing of them.
+	for i := range 24 {
+		send(r.url("/v1/chat/completions"), prompt(i))
+	}
+	waitFor(t, "24 predictions checked", func() bool { return r.replica(addr).Feedback.Checks == 24 })
+	assert.False(t, queued(), "new prefixes found nothing at home")
+
+	// Another client (straight to the engine) sent these first.
+	for i := 100; i < 124; i++ {
+		send("http://"+addr+"/v1/chat/completions", prompt(i))
+	}
+	for i := 100; i < 124; i++ {
+		send(r.url("/v1/chat/completions"), prompt(i))
+	}
+	waitFor(t, "48 predictions checked", func() bool { return r.replica(addr).Feedback.Checks == 48 })
+	assert.True(t, queued(), "new prefixes found their prompt at home: the bet pays")
+	r.requireDrained(addr)
+}

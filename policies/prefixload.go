@@ -68,11 +68,13 @@ type memory struct {
 	// returns counts the keyed requests since one found a prefix this
 	// router had seen before.
 	returns *returnWatch
+	// finds is what new prefixes sent home found there (nearRendezvous).
+	finds *homeFinds
 }
 
 func newPrefixLoad(o Options) *prefixLoad {
 	s := &prefixLoad{opts: o, least: leastLoad{seed: o.Seed}, shared: o.Directory != nil}
-	m := &memory{provisional: NewHomeTable(12), sense: newPeerSense(), sent: &dispatchOrder{}, returns: &returnWatch{}}
+	m := &memory{provisional: NewHomeTable(12), sense: newPeerSense(), sent: &dispatchOrder{}, returns: &returnWatch{}, finds: &homeFinds{}}
 	if !s.shared {
 		m.own = NewHomeTable(0)
 	}
@@ -182,9 +184,9 @@ func HomeKey(keys Keys) uint64 {
 
 // Inherit implements Successor. When prev is prefix_load too, it takes
 // over prev's peer sense, provisional placements, dispatch order, run of
-// requests that found nothing seen before and, unless this one shares a
-// Directory, its homes (when prev kept its own), and reports true. The
-// options may differ: what was learned is about the replicas and the other
+// requests that found nothing seen before, what its new prefixes found
+// at home and, unless this one shares a Directory, its homes (when prev
+// kept its own), and reports true. The options may differ: what was learned is about the replicas and the other
 // routers, not the settings.
 func (s *prefixLoad) Inherit(prev Strategy) bool {
 	p, ok := prev.(*prefixLoad)
@@ -192,7 +194,7 @@ func (s *prefixLoad) Inherit(prev Strategy) bool {
 		return false
 	}
 	pm, m := p.mem.Load(), *s.mem.Load()
-	m.provisional, m.sense, m.sent, m.returns = pm.provisional, pm.sense, pm.sent, pm.returns
+	m.provisional, m.sense, m.sent, m.returns, m.finds = pm.provisional, pm.sense, pm.sent, pm.returns, pm.finds
 	if !s.shared && pm.own != nil {
 		m.own = pm.own
 	}
@@ -203,10 +205,15 @@ func (s *prefixLoad) Inherit(prev Strategy) bool {
 // Observe implements CheckObserver: a request this router believed cold
 // that found at least half its prompt cached met a prefix placed by
 // another router (or kept from long ago), so prefixes do come back, and
-// the run of requests that found nothing seen before ends.
+// the run of requests that found nothing seen before ends; and what a new
+// prefix sent to its rendezvous home found there counts in homeFinds.
 func (s *prefixLoad) Observe(c Check, result CheckResult) {
+	mem := s.mem.Load()
 	if result == CheckCold && c.PromptTokens > 0 && 2*c.CachedTokens >= c.PromptTokens {
-		s.mem.Load().returns.saw(true)
+		mem.returns.saw(true)
+	}
+	if c.Reason == ReasonRendezvous {
+		mem.finds.saw(c.CachedTokens, c.PromptTokens)
 	}
 }
 
@@ -228,6 +235,13 @@ func (s *prefixLoad) Peers() bool {
 // of Options.UniqueRun requests that found nothing seen before).
 func (s *prefixLoad) HomesNewPrefixes() bool {
 	return !s.shared && s.betsHome(s.mem.Load(), s.Peers())
+}
+
+// QueuedHomes implements PeerSensor: whether a new prefix goes to its
+// rendezvous home even while that home's engine reports a queue
+// (homeFinds: the bet pays).
+func (s *prefixLoad) QueuedHomes() bool {
+	return s.HomesNewPrefixes() && s.mem.Load().finds.pays.Load()
 }
 
 // Interface guards

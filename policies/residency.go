@@ -271,6 +271,9 @@ type Check struct {
 	PromptBytes int
 	// Reach is Placement.Reach.
 	Reach int
+	// Reason is the rule that placed the request, from a Reasoner
+	// strategy ("" otherwise); the belief does not read it.
+	Reason Reason
 }
 
 // Checked is Check's verdict.

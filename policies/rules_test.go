@@ -265,26 +265,93 @@ func TestByLoad(t *testing.T) {
 }
 
 // TestNearRendezvous: the rendezvous home is near while its pending
-// prefill is within the slack and its engine reports no queue and no full
-// cache.
+// prefill is within the slack, its cache is not full and its engine
+// reports no queue, or a queue while the bet on homes pays.
 func TestNearRendezvous(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		set  func(r *Replica)
+		pays bool
 		want bool
 	}{
-		{"idle", func(*Replica) {}, true},
-		{"queued past the slack", func(r *Replica) { r.PendingPrefill = 1000 }, false},
-		{"engine queue", func(r *Replica) { r.EngineWaiting = 1 }, false},
-		{"cache full", func(r *Replica) { r.KVUsage = 0.97 }, false},
+		{"idle", func(*Replica) {}, false, true},
+		{"queued past the slack", func(r *Replica) { r.PendingPrefill = 1000 }, false, false},
+		{"engine queue", func(r *Replica) { r.EngineWaiting = 1 }, false, false},
+		{"engine queue, the bet pays", func(r *Replica) { r.EngineWaiting = 1 }, true, true},
+		{"queued past the slack, the bet pays", func(r *Replica) { r.PendingPrefill = 1000 }, true, false},
+		{"cache full", func(r *Replica) { r.KVUsage = 0.97 }, false, false},
+		{"cache full, the bet pays", func(r *Replica) { r.KVUsage = 0.97 }, true, false},
 	} {
 		rs := replicas(4)
 		home := ranked(HomeKey(ruleKeys), rs)[0]
 		tc.set(&rs[home])
 		c := surveyed(t, Options{}, ruleKeys, rs)
+		c.mem.finds.pays.Store(tc.pays)
 		require.Equal(t, home, c.rendezvous)
 		assert.Equal(t, tc.want, c.nearRendezvous(256), tc.name)
 	}
+}
+
+// TestHomeFinds: the bet pays once enough placements at home found a
+// sixteenth of their prompt there, token-weighted, and stops paying when
+// later ones find nothing; a placement of no prompt counts for nothing.
+func TestHomeFinds(t *testing.T) {
+	var h homeFinds
+	for range homeFindsMin - 1 {
+		h.saw(1000, 1000)
+	}
+	assert.False(t, h.pays.Load(), "too few placements")
+	h.saw(0, 0)
+	assert.False(t, h.pays.Load(), "no prompt, no placement counted")
+	h.saw(5000, 1000) // what an engine reports past the prompt counts as the prompt
+	require.True(t, h.pays.Load(), "every placement found its prompt")
+	assert.InDelta(t, 1, h.cached/h.prompt, 1e-9)
+
+	// A share just under and just over a sixteenth, weighed by tokens:
+	// one long prompt found a little outweighs many short ones that found
+	// nothing.
+	var under, over homeFinds
+	for range homeFindsWindow {
+		under.saw(0, 1000)
+		over.saw(0, 1000)
+		under.saw(110, 1000) // 5.5% of the two
+		over.saw(140, 1000)  // 7%
+	}
+	assert.False(t, under.pays.Load(), "share %.3f", under.cached/under.prompt)
+	assert.True(t, over.pays.Load(), "share %.3f", over.cached/over.prompt)
+	var long homeFinds
+	for range homeFindsMin {
+		long.saw(0, 100)
+		long.saw(0, 100)
+		long.saw(600, 4000)
+	}
+	assert.True(t, long.pays.Load(), "share %.3f", long.cached/long.prompt)
+
+	// Placements that find nothing close it again.
+	n := 0
+	for ; n < 10*homeFindsWindow && h.pays.Load(); n++ {
+		h.saw(0, 1000)
+	}
+	assert.False(t, h.pays.Load())
+	assert.Greater(t, n, homeFindsWindow, "a moving share: one empty placement does not close it")
+}
+
+// TestObserveHomeFinds: what the engine reported for a new prefix sent to
+// its rendezvous home counts in the strategy's homeFinds, reports of other
+// rules' placements do not, and a successor keeps them.
+func TestObserveHomeFinds(t *testing.T) {
+	s := newPrefixLoad(Options{})
+	for range homeFindsWindow {
+		s.Observe(Check{Reason: ReasonLoad, CachedTokens: 900, PromptTokens: 1000}, CheckCold)
+	}
+	assert.False(t, s.mem.Load().finds.pays.Load(), "placements by load are not at home")
+	for range homeFindsMin {
+		s.Observe(Check{Reason: ReasonRendezvous, CachedTokens: 900, PromptTokens: 1000}, CheckCold)
+	}
+	assert.True(t, s.mem.Load().finds.pays.Load())
+	heir := newPrefixLoad(Options{})
+	require.True(t, heir.Inherit(s))
+	assert.True(t, heir.mem.Load().finds.pays.Load(), "the successor knows the bet pays")
 }
 
 // TestClaimRule: alone the choice is recorded; with a directory another

@@ -57,12 +57,15 @@ type CheckObserver interface {
 
 // PeerSensor is a Strategy that tells whether it treats the replicas as
 // shared with other routers (configured, or inferred from the engines),
-// and whether it now sends new prefixes to their rendezvous home (with
-// peers and no Directory, unless its traffic has shared nothing for
-// Options.UniqueRun requests).
+// whether it now sends new prefixes to their rendezvous home (with peers
+// and no Directory, unless its traffic has shared nothing for
+// Options.UniqueRun requests), and whether it does so even while the
+// home's engine has a queue (the new prefixes it sent home lately found
+// their prompts' share there that says the bet pays).
 type PeerSensor interface {
 	Peers() bool
 	HomesNewPrefixes() bool
+	QueuedHomes() bool
 }
 
 // Default strategy knobs. They were measured in the simulator and end to

@@ -186,6 +186,12 @@ type Policy struct {
 	// alone, with a directory, or once UniqueRun requests in a row found
 	// nothing seen before). Absent for the other strategies.
 	NewPrefixes string `json:"new_prefixes,omitempty"`
+	// QueuedHomes is, for prefix_load sending new prefixes home, whether
+	// it does so even while the home's engine reports a waiting queue:
+	// the new prefixes it sent home lately found a sixteenth or more of
+	// their prompt cached there (placed by other routers), so a prompt
+	// placed elsewhere by load would find nothing. Absent when not.
+	QueuedHomes bool `json:"queued_homes,omitempty"`
 	// UniqueRun is prefix_load's tuning.unique_run (-1: never).
 	UniqueRun int `json:"unique_run,omitempty"`
 	// Replicas are the addresses of the replicas the policy holds state

@@ -569,7 +569,7 @@ func (s *Sim) sample(r int) {
 // module's feedback does.
 func (s *Sim) observe(rt *router, i int, f *flight, u simengine.Usage) {
 	ck := policies.Check{PredictedBlocks: f.predicted, Concurrent: f.concurrent, Reach: f.reach,
-		CachedTokens: u.CachedTokens, PromptTokens: u.PromptTokens, PromptBytes: f.req.PromptBytes}
+		CachedTokens: u.CachedTokens, PromptTokens: u.PromptTokens, PromptBytes: f.req.PromptBytes, Reason: f.why}
 	c := rt.reps[i].belief.Check(ck)
 	if c.Purged {
 		s.res.Residency.PurgesMisses++
