@@ -354,16 +354,7 @@ func TestPeerSenseSurvivesReloadThroughCaddy(t *testing.T) {
 // put in the engine's cache, new to this router, found there, turn on
 // queued_homes in the state; prompts nobody sent before leave it off.
 func TestQueuedHomesFromFeedback(t *testing.T) {
-	cfg := simreplica.Config{Name: "sim-homes", OutputTokens: 4, RestartDown: -1, Personality: simreplica.LlamaCpp}
-	cfg.Engine = simengine.DefaultConfig()
-	cfg.Engine.Speed = 50
-	sim, err := simreplica.New(cfg)
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	go func() { _ = sim.Serve(ln) }()
-	t.Cleanup(func() { _ = sim.Close() })
-	addr := ln.Addr().String()
+	_, addr := startSimAs(t, "sim-homes", 4, 50, simreplica.LlamaCpp) // it reports cached tokens
 	r := startRouter(t, fmt.Sprintf(`
 	llm_route {
 		request_usage
