@@ -100,9 +100,8 @@ func (s *replicaState) reserve(now time.Time, limit int, rules *attemptRules) (*
 // placeKeys tells the replica's belief that the request with keys goes
 // there (policies.Belief.Place: the prediction, the optimistic insert, the
 // pending count), keeps what it said and the rule that chose the replica
-// (why) for the feedback, and counts the
-// prompt it believes uncached as the replica's pending prefill until the
-// first byte (prefill.go).
+// (why) for the feedback, and counts the prompt it believes uncached as
+// the replica's pending prefill until the first byte (prefill.go).
 func (a *attempt) placeKeys(keys policies.Keys, why policies.Reason) {
 	pl := a.rep.belief.Place(keys)
 	s := a.rep

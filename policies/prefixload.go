@@ -186,8 +186,8 @@ func HomeKey(keys Keys) uint64 {
 // over prev's peer sense, provisional placements, dispatch order, run of
 // requests that found nothing seen before, what its new prefixes found
 // at home and, unless this one shares a Directory, its homes (when prev
-// kept its own), and reports true. The options may differ: what was learned is about the replicas and the other
-// routers, not the settings.
+// kept its own), and reports true. The options may differ: what was
+// learned is about the replicas and the other routers, not the settings.
 func (s *prefixLoad) Inherit(prev Strategy) bool {
 	p, ok := prev.(*prefixLoad)
 	if !ok || p == s {

@@ -63,9 +63,10 @@ func (h *homeFinds) saw(cached, prompt int) {
 	h.cached += (float64(min(cached, prompt)) - h.cached) / homeFindsWindow
 	h.prompt += (float64(prompt) - h.prompt) / homeFindsWindow
 	h.n = min(h.n+1, homeFindsWindow)
-	pays := h.n >= homeFindsMin && h.cached >= homeFindsShare*h.prompt
+	// Stored under the lock, so that concurrent reports leave the verdict
+	// of the last one.
+	h.pays.Store(h.n >= homeFindsMin && h.cached >= homeFindsShare*h.prompt)
 	h.mu.Unlock()
-	h.pays.Store(pays)
 }
 
 // kvFull is the engine KV usage from which, with peers, a new prefix's

@@ -409,15 +409,15 @@ func (s *Sim) dispatch(rt *router, f *flight) bool {
 // rendezvous rank of policies.HomeKey, where a router that knows nothing
 // of the prompt would look).
 func (s *Sim) survey(f *flight) {
-	hk, home, best := policies.HomeKey(f.req.Keys), -1, uint64(0)
-	f.bestTok = 0
+	hk, top := policies.HomeKey(f.req.Keys), uint64(0)
+	f.bestTok, f.homeTok = 0, 0
 	for i, rp := range s.reps {
-		f.bestTok = max(f.bestTok, rp.eng.CachedPrefixTokens(f.tokens))
-		if r := policies.Rendezvous(hk, rp.addr); home < 0 || r > best {
-			home, best = i, r
+		cached := rp.eng.CachedPrefixTokens(f.tokens)
+		f.bestTok = max(f.bestTok, cached)
+		if r := policies.Rendezvous(hk, rp.addr); i == 0 || r > top {
+			top, f.homeTok = r, cached
 		}
 	}
-	f.homeTok = s.reps[home].eng.CachedPrefixTokens(f.tokens)
 }
 
 // notePeers records what rt's strategy believed about peers at a
