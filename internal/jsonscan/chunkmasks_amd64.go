@@ -20,6 +20,10 @@ func masks(b []byte, ms []chunkMasks) {
 	if len(ms) == 0 || len(b) < 64*len(ms) {
 		panic("jsonscan: masks past the input")
 	}
+	if hasAVX512 {
+		masksAVX512(unsafe.SliceData(b), len(ms), unsafe.SliceData(ms))
+		return
+	}
 	if hasAVX2 {
 		masksAVX2(unsafe.SliceData(b), len(ms), unsafe.SliceData(ms))
 		return
@@ -30,6 +34,13 @@ func masks(b []byte, ms []chunkMasks) {
 // hasAVX2 picks masksAVX2 (golang.org/x/sys/cpu checks the OS saves the
 // wide registers too).
 var hasAVX2 = cpu.X86.HasAVX2
+
+// hasAVX512 picks masksAVX512: byte compares into mask registers (AVX-512
+// BW) class a chunk in about a third of AVX2's instructions.
+var hasAVX512 = cpu.X86.HasAVX512BW
+
+//go:noescape
+func masksAVX512(p *byte, n int, m *chunkMasks)
 
 //go:noescape
 func masksSSE2(p *byte, n int, m *chunkMasks)

@@ -195,3 +195,65 @@ efound32:
 	BSFQ AX, AX
 	ADDQ BX, AX
 	JMP  eret
+
+// The AVX-512 classing looks each byte's class up by its two nibbles
+// (VPSHUFB), the class being the AND of the two lookups, one bit a set:
+// 0x80 backslash, 0x40 quote, 0x20 control byte (high nibble 0 or 1),
+// 0x01 '/', 0x02 b f n (high nibble 6), 0x04 r t u (high nibble 7), 0x08
+// u. Each set is one row of high nibbles by one of low nibbles, so the
+// AND is exact; the escape letters are the bytes with a bit of 0xc7 set,
+// the slow ones those with a bit of 0x09. VPTESTMB turns each set into a
+// chunk's mask in one instruction, where AVX2 needs a compare a letter
+// and a VPMOVMSKB, shift and OR a half.
+DATA nibLo<>+0x00(SB)/8, $0x20222c2420662020
+DATA nibLo<>+0x08(SB)/8, $0x212220a020202020
+GLOBL nibLo<>(SB), RODATA|NOPTR, $16
+DATA nibHi<>+0x00(SB)/8, $0x0c02800000412020
+DATA nibHi<>+0x08(SB)/8, $0x0000000000000000
+GLOBL nibHi<>(SB), RODATA|NOPTR, $16
+
+// ZBCAST fills Z with the byte c in every lane.
+#define ZBCAST(c, X, Z) MOVQ $c, AX; MOVQ AX, X; VPBROADCASTQ X, Z
+
+// func masksAVX512(p *byte, n int, m *chunkMasks)
+TEXT ·masksAVX512(SB), NOSPLIT, $0-24
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ m+16(FP), DI
+	ZBCAST(0x0f0f0f0f0f0f0f0f, X5, Z5)
+	VBROADCASTI32X4 nibLo<>(SB), Z6
+	VBROADCASTI32X4 nibHi<>(SB), Z7
+	ZBCAST(0x8080808080808080, X8, Z8)
+	ZBCAST(0x4040404040404040, X9, Z9)
+	ZBCAST(0x2020202020202020, X10, Z10)
+	ZBCAST(0xc7c7c7c7c7c7c7c7, X11, Z11)
+	ZBCAST(0x0909090909090909, X12, Z12)
+
+zloop:
+	TESTQ CX, CX
+	JZ    zdone
+	VMOVDQU64 (SI), Z0
+	VPSRLW    $4, Z0, Z1
+	VPANDQ    Z5, Z0, Z0
+	VPANDQ    Z5, Z1, Z1
+	VPSHUFB   Z0, Z6, Z0
+	VPSHUFB   Z1, Z7, Z1
+	VPANDQ    Z1, Z0, Z0
+	VPTESTMB  Z8, Z0, K1
+	VPTESTMB  Z9, Z0, K2
+	VPTESTMB  Z10, Z0, K3
+	VPTESTMB  Z11, Z0, K4
+	VPTESTMB  Z12, Z0, K5
+	KMOVQ     K1, 0(DI)
+	KMOVQ     K2, 8(DI)
+	KMOVQ     K3, 16(DI)
+	KMOVQ     K4, 24(DI)
+	KMOVQ     K5, 32(DI)
+	ADDQ      $64, SI
+	ADDQ      $40, DI
+	DECQ      CX
+	JMP       zloop
+
+zdone:
+	VZEROUPPER
+	RET

@@ -7,5 +7,8 @@ func maskVariants() map[string]func(p *byte, n int, m *chunkMasks) {
 	if hasAVX2 {
 		v["avx2"] = masksAVX2
 	}
+	if hasAVX512 {
+		v["avx512"] = masksAVX512
+	}
 	return v
 }

@@ -190,3 +190,22 @@ func TestSparseEscapes(t *testing.T) {
 		t.Fatalf("%d valid and %d invalid literals checked", valid, refused)
 	}
 }
+
+// BenchmarkMasks classes 256 KiB of escape-dense text (what the agent
+// bodies' tool results are) a batch of chunks at a time, as escapedChunks
+// does.
+func BenchmarkMasks(b *testing.B) {
+	src := []byte(strings.Repeat(`\tif err != nil {\n\t\treturn fmt.Errorf(\"read %q: %w\", p, err)\n\t}\n`, 1))
+	buf := make([]byte, 0, 256<<10)
+	for len(buf)+len(src) <= cap(buf) {
+		buf = append(buf, src...)
+	}
+	buf = buf[:len(buf)&^(64*maskBatch-1)]
+	var ms [maskBatch]chunkMasks
+	b.SetBytes(int64(len(buf)))
+	for b.Loop() {
+		for off := 0; off < len(buf); off += 64 * maskBatch {
+			masks(buf[off:], ms[:])
+		}
+	}
+}
