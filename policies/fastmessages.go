@@ -109,46 +109,54 @@ func (s *reader) blocks(b *blocks, depth int) bool {
 		*b = blocks{text: t, lit: lit, plain: plain, kind: shapeString}
 		return ok
 	case s.Peek() == '[' && depth < maxBlockDepth:
-		bb := s.blockBufs
-		st := &bb.stacks[depth] // a list inside fills the next one
+		// The blocks of a list at one depth lie together in that depth's
+		// buffer: the lists inside them fill the next one meanwhile.
+		l := &s.blockBufs.lists[depth]
+		at := len(*l)
 		ok := s.Array(func() bool {
-			*st = append(*st, block{})
-			return s.block(&(*st)[len(*st)-1], depth)
+			*l = append(*l, block{})
+			return s.block(&(*l)[len(*l)-1], depth)
 		})
-		at := len(bb.arena)
-		bb.arena = append(bb.arena, *st...)
-		clear(*st)
-		*st = (*st)[:0]
-		*b = blocks{list: bb.arena[at:len(bb.arena):len(bb.arena)], kind: shapeArray}
+		*b = blocks{list: (*l)[at:len(*l):len(*l)], kind: shapeArray}
 		return ok
 	}
 	return false
 }
 
 // blockBufs holds fastMessages' messages and blocks: a block is about
-// 700 bytes and an agent's body has hundreds, and nothing of them
-// outlives the parse (keysChat hashes what it renders). A list of blocks
-// is built on the stack of its depth, and once complete (the lists inside
-// its blocks before it, from the next stack) copied to arena, whose
-// slices the body's lists are. All are pooled.
+// 600 bytes and an agent's body has hundreds, and nothing of them
+// outlives the parse (keysChat hashes what it renders). The lists of
+// blocks at one depth are slices of one buffer: a list is complete before
+// the next one at its depth starts, and the lists inside its blocks go to
+// the next depth's buffer, so a list is built where it stays, without a
+// copy (a buffer that grows leaves the lists before in the old array,
+// which they keep alive). All are pooled.
 type blockBufs struct {
-	msgs   []anthropicMessage
-	stacks [maxBlockDepth][]block
-	arena  []block
-	conv   convBufs // the chat messages they convert into
+	msgs  []anthropicMessage
+	lists [maxBlockDepth][]block
+	conv  convBufs // the chat messages they convert into
 }
 
-var blockPool = sync.Pool{New: func() any { return &blockBufs{arena: make([]block, 0, 64)} }}
+var blockPool = sync.Pool{New: func() any {
+	bb := &blockBufs{}
+	bb.lists[0] = make([]block, 0, 64)
+	return bb
+}}
 
 // release clears the buffers (they must not keep a body alive) and gives
 // them back to blockPool, unless a body made them too large to keep.
 func (bb *blockBufs) release() {
-	clear(bb.arena)
+	keep := bb.conv.reset() && cap(bb.msgs) <= 1024
+	for d := range bb.lists {
+		clear(bb.lists[d])
+		bb.lists[d] = bb.lists[d][:0]
+		keep = keep && cap(bb.lists[d]) <= 4096
+	}
 	clear(bb.msgs)
-	if !bb.conv.reset() || cap(bb.arena) > 4096 || cap(bb.msgs) > 1024 {
+	if !keep {
 		return
 	}
-	bb.arena, bb.msgs = bb.arena[:0], bb.msgs[:0]
+	bb.msgs = bb.msgs[:0]
 	blockPool.Put(bb)
 }
 
