@@ -87,7 +87,7 @@ done:
 	VPMOVMSKB Y2, AX; SHLQ $sh, AX; ORQ AX, R12; \
 	VPMOVMSKB Y4, AX; SHLQ $sh, AX; ORQ AX, R13
 
-// YBCAST fills Y with the byte c in every lane.
+// YBCAST fills Y (a Y or a Z register) with the byte c in every lane.
 #define YBCAST(c, X, Y) MOVQ $c, AX; MOVQ AX, X; VPBROADCASTQ X, Y
 
 // func masksAVX2(p *byte, n int, m *chunkMasks)
@@ -212,22 +212,19 @@ DATA nibHi<>+0x00(SB)/8, $0x0c02800000412020
 DATA nibHi<>+0x08(SB)/8, $0x0000000000000000
 GLOBL nibHi<>(SB), RODATA|NOPTR, $16
 
-// ZBCAST fills Z with the byte c in every lane.
-#define ZBCAST(c, X, Z) MOVQ $c, AX; MOVQ AX, X; VPBROADCASTQ X, Z
-
 // func masksAVX512(p *byte, n int, m *chunkMasks)
 TEXT ·masksAVX512(SB), NOSPLIT, $0-24
 	MOVQ p+0(FP), SI
 	MOVQ n+8(FP), CX
 	MOVQ m+16(FP), DI
-	ZBCAST(0x0f0f0f0f0f0f0f0f, X5, Z5)
+	YBCAST(0x0f0f0f0f0f0f0f0f, X5, Z5)
 	VBROADCASTI32X4 nibLo<>(SB), Z6
 	VBROADCASTI32X4 nibHi<>(SB), Z7
-	ZBCAST(0x8080808080808080, X8, Z8)
-	ZBCAST(0x4040404040404040, X9, Z9)
-	ZBCAST(0x2020202020202020, X10, Z10)
-	ZBCAST(0xc7c7c7c7c7c7c7c7, X11, Z11)
-	ZBCAST(0x0909090909090909, X12, Z12)
+	YBCAST(0x8080808080808080, X8, Z8)
+	YBCAST(0x4040404040404040, X9, Z9)
+	YBCAST(0x2020202020202020, X10, Z10)
+	YBCAST(0xc7c7c7c7c7c7c7c7, X11, Z11)
+	YBCAST(0x0909090909090909, X12, Z12)
 
 zloop:
 	TESTQ CX, CX
