@@ -267,11 +267,8 @@ func (p *LLMSelection) pick(rc *routeCtx, keys policies.Keys, view []policies.Re
 		}
 		return i, "moved", ""
 	}
-	if r, ok := p.strategy.(policies.Reasoner); ok {
-		i, why := r.PickReason(keys, view)
-		return i, "", why
-	}
-	return p.strategy.Pick(keys, view), "", ""
+	i, why := policies.PickWithReason(p.strategy, keys, view)
+	return i, "", why
 }
 
 // pinTo returns the index in view of the replica holding the response

@@ -29,6 +29,15 @@ type Reasoner interface {
 	PickReason(keys Keys, replicas []Replica) (int, Reason)
 }
 
+// PickWithReason is s's pick and, when s is a Reasoner, the rule that
+// decided ("" otherwise).
+func PickWithReason(s Strategy, keys Keys, replicas []Replica) (int, Reason) {
+	if r, ok := s.(Reasoner); ok {
+		return r.PickReason(keys, replicas)
+	}
+	return s.Pick(keys, replicas), ""
+}
+
 // Strategy picks a replica for one request. Implementations are safe for
 // concurrent use and deterministic given their seed.
 type Strategy interface {

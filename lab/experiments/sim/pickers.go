@@ -27,12 +27,9 @@ type picker interface {
 type strategyPicker struct{ s policies.Strategy }
 
 func (p strategyPicker) pick(f *flight, view []policies.Replica) int {
-	if r, ok := p.s.(policies.Reasoner); ok {
-		i, why := r.PickReason(f.req.Keys, view)
-		f.why = why
-		return i
-	}
-	return p.s.Pick(f.req.Keys, view)
+	i, why := policies.PickWithReason(p.s, f.req.Keys, view)
+	f.why = why
+	return i
 }
 
 // observerOf returns the picker's strategy when it learns from the

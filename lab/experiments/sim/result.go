@@ -332,12 +332,8 @@ type RuleStat struct {
 }
 
 func (r RuleStat) add(f *flight, prompt int) RuleStat {
-	r.Requests++
-	r.PromptTokens += int64(prompt)
-	r.SentTokens += int64(f.trueTok)
-	r.BestTokens += int64(f.bestTok)
-	r.HomeTokens += int64(f.homeTok)
-	return r
+	return r.Merge(RuleStat{Requests: 1, PromptTokens: int64(prompt), SentTokens: int64(f.trueTok),
+		BestTokens: int64(f.bestTok), HomeTokens: int64(f.homeTok)})
 }
 
 // Merge adds o's counts to r's.

@@ -380,7 +380,7 @@ func (s *Sim) dispatch(rt *router, f *flight) bool {
 	s.placeFirst(f, i)
 	f.trueTok = rp.eng.CachedPrefixTokens(f.tokens)
 	if s.cfg.RuleStats {
-		s.survey(f)
+		s.survey(f, i)
 	}
 	pl := v.belief.Place(f.req.Keys) // optimistic, as the module is
 	f.predicted, f.concurrent, f.head, f.reach = pl.Predicted, pl.Concurrent, pl.Head, pl.Reach
@@ -407,12 +407,16 @@ func (s *Sim) dispatch(rt *router, f *flight) bool {
 // survey measures, for RuleStats, what the engines have cached of f's
 // prompt: the most any has, and what its home has (the highest
 // rendezvous rank of policies.HomeKey, where a router that knows nothing
-// of the prompt would look).
-func (s *Sim) survey(f *flight) {
+// of the prompt would look). sent is the replica f went to, whose cache
+// f.trueTok holds already.
+func (s *Sim) survey(f *flight, sent int) {
 	hk, top := policies.HomeKey(f.req.Keys), uint64(0)
 	f.bestTok, f.homeTok = 0, 0
 	for i, rp := range s.reps {
-		cached := rp.eng.CachedPrefixTokens(f.tokens)
+		cached := f.trueTok
+		if i != sent {
+			cached = rp.eng.CachedPrefixTokens(f.tokens)
+		}
 		f.bestTok = max(f.bestTok, cached)
 		if r := policies.Rendezvous(hk, rp.addr); i == 0 || r > top {
 			top, f.homeTok = r, cached

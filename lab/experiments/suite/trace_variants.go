@@ -2,8 +2,9 @@ package suite
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/llmroute/caddy-llmroute/lab/experiments/sim"
@@ -190,16 +191,11 @@ func TraceRulesMarkdown(rec *TraceVariantsRecord) string {
 			if all.Requests == 0 {
 				continue
 			}
-			names := make([]string, 0, len(rules))
-			for why := range rules {
-				names = append(names, string(why))
-			}
-			sort.Strings(names)
 			share := func(n, of int64) string { return fmt.Sprintf("%.3f", float64(n)/float64(max(of, 1))) }
-			for _, name := range append(names, "all") {
+			for _, name := range append(slices.Sorted(maps.Keys(rules)), "all") {
 				st := all
 				if name != "all" {
-					st = rules[policies.Reason(name)]
+					st = rules[name]
 				}
 				fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", c.Label(), routers, name,
 					share(int64(st.Requests), int64(all.Requests)), share(st.PromptTokens, all.PromptTokens),
