@@ -216,19 +216,7 @@ func (s *usageSniffer) inspect(line []byte) bool {
 // usageDoc is the part of a response or chunk that carries usage.
 type usageDoc struct {
 	Choices *[]json.RawMessage `json:"choices"`
-	Usage   *struct {
-		PromptTokens        int `json:"prompt_tokens"`
-		PromptTokensDetails *struct {
-			CachedTokens int `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-		// InputTokensDetails is the Responses API's (with input_tokens,
-		// which there counts the cached tokens too).
-		InputTokensDetails *struct {
-			CachedTokens int `json:"cached_tokens"`
-		} `json:"input_tokens_details"`
-		anthropicUsage
-		tokenCounts
-	} `json:"usage"`
+	Usage   *usageCounts       `json:"usage"`
 	// Response is a Responses API event's response (response.completed
 	// carries the usage).
 	Response *struct {
@@ -236,10 +224,8 @@ type usageDoc struct {
 	} `json:"response"`
 	// Type and Message are Anthropic's: an event's type, and message_start's
 	// message, which carries the usage.
-	Type    string `json:"type"`
-	Message *struct {
-		Usage *anthropicUsage `json:"usage"`
-	} `json:"message"`
+	Type    string        `json:"type"`
+	Message *usageMessage `json:"message"`
 	Timings *struct {
 		CacheN  *int `json:"cache_n"`
 		PromptN int  `json:"prompt_n"`
@@ -248,16 +234,46 @@ type usageDoc struct {
 	TokensEval   int  `json:"tokens_evaluated"`
 }
 
+// usageCounts is a doc's usage object, in any of the APIs' shapes.
+type usageCounts struct {
+	PromptTokens        int           `json:"prompt_tokens"`
+	PromptTokensDetails *cachedTokens `json:"prompt_tokens_details"`
+	// InputTokensDetails is the Responses API's (with input_tokens,
+	// which there counts the cached tokens too).
+	InputTokensDetails *cachedTokens `json:"input_tokens_details"`
+	anthropicUsage
+	tokenCounts
+}
+
+// cachedTokens is OpenAI's prompt_tokens_details (and the Responses API's
+// input_tokens_details).
+type cachedTokens struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// usageMessage is Anthropic's message_start message, as far as usage goes.
+type usageMessage struct {
+	Usage *anthropicUsage `json:"usage"`
+}
+
 // read records the usage in doc and reports whether doc is a usage-only
 // chunk (no choices).
-// The common OpenAI shape is read in one pass (scanUsage), any other by
-// encoding/json (readDecoded), with the same result.
+// The common OpenAI and Anthropic shapes are read in one pass (scanUsage,
+// scanAnthropicUsage), any other by encoding/json (readDecoded), with the
+// same result.
 func (s *usageSniffer) read(doc []byte) bool {
 	f, ok := scanUsage(doc)
-	if !ok {
-		return s.readDecoded(doc)
+	if ok {
+		return s.readScanned(f)
 	}
-	return s.readScanned(f)
+	var (
+		u     usageDoc
+		store anthropicStore
+	)
+	if scanAnthropicUsage(doc, &u, &store) {
+		return s.apply(&u)
+	}
+	return s.readDecoded(doc)
 }
 
 // readScanned is read's end for a doc scanUsage (or scanResponse) read
@@ -280,6 +296,12 @@ func (s *usageSniffer) readDecoded(doc []byte) bool {
 	if json.Unmarshal(doc, &u) != nil {
 		return false
 	}
+	return s.apply(&u)
+}
+
+// apply records the usage of a decoded doc and reports whether it is a
+// usage-only chunk.
+func (s *usageSniffer) apply(u *usageDoc) bool {
 	switch {
 	case u.Usage != nil && u.Usage.PromptTokensDetails != nil:
 		s.found, s.cached, s.promptTokens = true, u.Usage.PromptTokensDetails.CachedTokens, u.Usage.PromptTokens

@@ -22,6 +22,31 @@ var usageDocs = []string{
 	`{"response":{"usage":{"input_tokens":4,"input_tokens_details":{"cached_tokens":2}}}}`,
 }
 
+// anthropicUsageDocs are Anthropic-shaped usage events, as Anthropic, vLLM
+// and SGLang send them, and odd ones; the first anthropicCommon are the
+// common shapes, which scanAnthropicUsage must take.
+var anthropicUsageDocs = []string{
+	`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"usage":{"input_tokens":512,"cache_read_input_tokens":12800,"output_tokens":1}}}`,
+	`{"type":"message_start","message":{"usage":{"input_tokens":3,"cache_creation_input_tokens":40,"cache_read_input_tokens":100,"output_tokens":1}}}`,
+	`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":15}}`,
+	`{"type":"message_delta","delta":{},"usage":{"input_tokens":5,"cache_read_input_tokens":100,"cache_creation_input_tokens":7,"output_tokens":15}}`,
+	`{"type":"message_start","message":{"usage":{"input_tokens":512,"output_tokens":1}}}`,
+	`{"id":"msg_1","type":"message","content":[{"type":"text","text":"x"}],"usage":{"input_tokens":9,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":2}}`,
+	`{"type":"message_start","message":{"usage":{"input_tokens":5,"cache_read_input_tokens":null}}}`,
+	`{"type":"message_start","message":{"usage":null}}`, `{"type":"message_start","message":null,"usage":null}`,
+	`{"type":"","usage":{"input_tokens":3}}`, `{"type":null,"usage":{"input_tokens":3,"total_tokens":4}}`,
+	`{"type":5,"usage":{"input_tokens":1}}`, `{"type":"a\u0041","usage":{"output_tokens":1}}`,
+	`{"type":"message_start","Message":{"usage":{}}}`, `{"message":{"Usage":{"input_tokens":1}}}`,
+	`{"message":{"usage":{"input_tokens":1,"Cache_Read_Input_Tokens":2}}}`, `{"message":[],"usage":{}}`,
+	`{"message":{"usage":{"input_tokens":1,"input_tokens":2}}}`, `{"message":{"usage":{"output_tokens":1.5,"input_tokens":2}}}`,
+	`{"usage":{"input_tokens":1,"cache_read_input_tokens":"2"}}`, `{"usage":{"input_tokens":-4,"cache_read_input_tokens":2,"output_tokens":3}}`,
+	`{"choices":[null],"usage":{"input_tokens":2}}`, `{"choices":[],"usage":{"input_tokens":2}}`, `{"choices":{},"usage":{"input_tokens":2}}`,
+	`{"usage":{"input_tokens":2,"prompt_tokens_details":{"cached_tokens":1}}}`, `{"type":"message_delta","usage":{"output_tokens":1}} x`,
+	`{"type":"message_start","message":{"usage":{"input_tokens":1}},"timings":{"cache_n":1}}`,
+}
+
+const anthropicCommon = 6
+
 // checkScanUsage fails when read through scanUsage ends otherwise than
 // through encoding/json alone.
 func checkScanUsage(t *testing.T, doc []byte) bool {
@@ -46,8 +71,39 @@ func TestScanUsageMatchesDecoder(t *testing.T) {
 	mutate(rand.New(rand.NewPCG(5, 6)), usageDocs, "{}[]\":,01.-enultUP \\\xff", 20000, func(b []byte) { checkScanUsage(t, b) })
 }
 
+// TestScanAnthropicUsageMatchesDecoder proves the same of Anthropic's
+// shape: read ends as encoding/json does on every document and mutation,
+// the common shapes are taken, and enough mutations are taken that the
+// comparison covers the scanner (the counts).
+func TestScanAnthropicUsageMatchesDecoder(t *testing.T) {
+	taken := func(doc []byte) bool {
+		var u usageDoc
+		var st anthropicStore
+		_, openAI := scanUsage(doc)
+		return !openAI && scanAnthropicUsage(doc, &u, &st)
+	}
+	for i, d := range anthropicUsageDocs {
+		checkScanUsage(t, []byte(d))
+		if i < anthropicCommon && !taken([]byte(d)) {
+			t.Errorf("common shape declined: %s", d)
+		}
+	}
+	var n, took int
+	mutate(rand.New(rand.NewPCG(9, 10)), anthropicUsageDocs, "{}[]\":,01.-enultUIpc_ \\\xff", 30000, func(b []byte) {
+		checkScanUsage(t, b)
+		n++
+		if taken(b) {
+			took++
+		}
+	})
+	t.Logf("%d mutations, %d taken by the one-pass reader", n, took)
+	if took < n/10 || took == n {
+		t.Errorf("%d of %d mutations taken: the comparison does not cover both paths", took, n)
+	}
+}
+
 func FuzzScanUsage(f *testing.F) {
-	for _, d := range usageDocs {
+	for _, d := range append(append([]string{}, usageDocs...), anthropicUsageDocs...) {
 		f.Add([]byte(d))
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) { checkScanUsage(t, doc) })
