@@ -43,6 +43,8 @@ var anthropicUsageDocs = []string{
 	`{"choices":[null],"usage":{"input_tokens":2}}`, `{"choices":[],"usage":{"input_tokens":2}}`, `{"choices":{},"usage":{"input_tokens":2}}`,
 	`{"usage":{"input_tokens":2,"prompt_tokens_details":{"cached_tokens":1}}}`, `{"type":"message_delta","usage":{"output_tokens":1}} x`,
 	`{"type":"message_start","message":{"usage":{"input_tokens":1}},"timings":{"cache_n":1}}`,
+	`{"type":"message_delta","usage":{"prompt_tokens":5,"completion_tokens":2,"output_tokens":1}}`,
+	`{"type":"message_delta","usage":{"prompt_tokens":5,"total_tokens":9}}`,
 }
 
 const anthropicCommon = 6

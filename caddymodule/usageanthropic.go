@@ -90,27 +90,18 @@ func scanAnthropicUsage(doc []byte, u *usageDoc, store *anthropicStore) bool {
 // cache_read_input_tokens points when present. The details objects
 // decline.
 func scanAnthropicCounts(s *jsonscan.Scanner, c *usageCounts, cacheRead *int) bool {
+	// The integer counts, at their names' places in usageFields; the
+	// details objects (nil here) decline.
+	counts := [...]*int{&c.PromptTokens, &c.CompletionTokens, &c.TotalTokens, nil, nil,
+		&c.InputTokens, nil, &c.CacheCreationInputTokens, &c.OutputTokens}
 	return s.Object(usageFields, func(i int) bool {
-		var v *int
-		switch usageFields[i] {
-		case "prompt_tokens":
-			v = &c.PromptTokens
-		case "completion_tokens":
-			v = &c.CompletionTokens
-		case "total_tokens":
-			v = &c.TotalTokens
-		case "output_tokens":
-			v = &c.OutputTokens
-		case "input_tokens":
-			v = &c.InputTokens
-		case "cache_creation_input_tokens":
-			v = &c.CacheCreationInputTokens
-		case "cache_read_input_tokens":
+		switch {
+		case usageFields[i] == "cache_read_input_tokens":
 			return scanCountPtr(s, &c.CacheReadInputTokens, cacheRead)
-		default:
-			return false // prompt_tokens_details, input_tokens_details
+		case counts[i] == nil:
+			return false
 		}
-		return scanInt(s, v)
+		return scanInt(s, counts[i])
 	})
 }
 
