@@ -349,8 +349,9 @@ func TestPeerSenseSurvivesReloadThroughCaddy(t *testing.T) {
 }
 
 // TestQueuedHomesFromFeedback proves, through Caddy against a simulated
-// llama.cpp engine (which reports cached tokens), that the engine's report on a new prefix sent to its
-// rendezvous home reaches prefix_load's homeFinds: prompts another client
+// llama.cpp engine (which reports cached tokens), that the engine's report
+// on a new prefix sent to its rendezvous home reaches prefix_load's
+// homeFinds: prompts another client
 // put in the engine's cache, new to this router, found there, turn on
 // queued_homes in the state; prompts nobody sent before leave it off.
 func TestQueuedHomesFromFeedback(t *testing.T) {

@@ -118,16 +118,6 @@ func scanAnthropicFields(s *jsonscan.Scanner, a *anthropicUsage, cacheRead *int)
 	})
 }
 
-// scanInt reads a plain integer into v; null leaves v as it is.
-func scanInt(s *jsonscan.Scanner, v *int) bool {
-	if s.Lit("null") {
-		return true
-	}
-	n, ok := s.Int()
-	*v = int(n)
-	return ok
-}
-
 // scanCountPtr reads a plain integer into store and points p at it; null
 // leaves p nil.
 func scanCountPtr(s *jsonscan.Scanner, p **int, store *int) bool {

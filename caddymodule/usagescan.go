@@ -138,19 +138,22 @@ func scanUsageObject(s *jsonscan.Scanner, f *openAIUsage) bool {
 				return scanCount(s, &f.cached, cachedFields)
 			}
 		case i < 3:
-			v := []*int{&f.prompt, &f.completion, &f.total}[i]
-			if !s.Lit("null") {
-				n, ok := s.Int()
-				if !ok {
-					return false
-				}
-				*v = int(n)
-			}
+			return scanInt(s, []*int{&f.prompt, &f.completion, &f.total}[i])
 		default:
 			return false // Anthropic's or the Responses API's counts
 		}
 		return true
 	})
+}
+
+// scanInt reads a plain integer into v; null leaves v as it is.
+func scanInt(s *jsonscan.Scanner, v *int) bool {
+	if s.Lit("null") {
+		return true
+	}
+	n, ok := s.Int()
+	*v = int(n)
+	return ok
 }
 
 // cachedFields is the one field of prompt_tokens_details that feed reads.
@@ -159,14 +162,5 @@ var cachedFields = []string{"cached_tokens"}
 // scanCount reads into v the integer of an object's one field in name
 // (the others are skipped).
 func scanCount(s *jsonscan.Scanner, v *int, name []string) bool {
-	return s.Object(name, func(int) bool {
-		if !s.Lit("null") {
-			n, ok := s.Int()
-			if !ok {
-				return false
-			}
-			*v = int(n)
-		}
-		return true
-	})
+	return s.Object(name, func(int) bool { return scanInt(s, v) })
 }

@@ -195,7 +195,7 @@ func TestSparseEscapes(t *testing.T) {
 // bodies' tool results are) a batch of chunks at a time, as escapedChunks
 // does.
 func BenchmarkMasks(b *testing.B) {
-	src := []byte(strings.Repeat(`\tif err != nil {\n\t\treturn fmt.Errorf(\"read %q: %w\", p, err)\n\t}\n`, 1))
+	src := []byte(`\tif err != nil {\n\t\treturn fmt.Errorf(\"read %q: %w\", p, err)\n\t}\n`)
 	buf := make([]byte, 0, 256<<10)
 	for len(buf)+len(src) <= cap(buf) {
 		buf = append(buf, src...)
