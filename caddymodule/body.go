@@ -27,7 +27,7 @@ import (
 // request body before the transport sees it, so under Caddy the body is
 // written apart from the headers whatever its reader: nothing is lost by
 // pooling down to 1 KiB, and a 4 KiB prompt's body (about half of what a
-// request allocated of llmroute's own) no longer goes to the collector.
+// request would allocate of llmroute's own) stays out of the collector.
 
 // includeUsageField is what withIncludeUsage inserts; bodyHeadroom is the
 // room kept for it before the body.
