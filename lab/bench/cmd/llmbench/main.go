@@ -116,8 +116,8 @@ func main() {
 	profileSize := flag.Int("profile-size", 4096, "prompt size in bytes of the -profile load")
 	profileTargets := flag.String("profile-targets", "caddy,llm_prefix_load", "targets -profile loads, in order (any matrix target but direct and haproxy, e.g. llm_prefix_load_nousage)")
 	profileSecs := flag.Int("profile-seconds", 10, "seconds per CPU profile")
-	out := flag.String("out", "", "results JSON (default bench/results.json, quick bench/results-quick.json)")
-	md := flag.String("md", "", "results Markdown table (default bench/results.md, quick bench/results-quick.md)")
+	out := flag.String("out", "", "results JSON (default bench/results.json, quick bench/results-quick.json; with -skip-matrix none)")
+	md := flag.String("md", "", "results Markdown table (default: -out's, .md for .json)")
 	pin := flag.Bool("pin", true, "pin the proxy to the last half of the CPUs and the load generator + upstream to the rest (taskset)")
 	build := flag.Bool("build", true, "build bench/caddy-bench from ./cmd/caddy first")
 	keep := flag.Bool("keep", false, "keep the work directory (configs and proxy logs) and print its path")
@@ -240,21 +240,34 @@ func raiseNoFile() uint64 {
 	return lim.Cur
 }
 
+// recordPaths returns where the run writes its record: -out and -md, else
+// the recorded run's files under lab/bench. A run that skips the matrix
+// writes no record unless -out names one (out is then ""): it would
+// otherwise replace the recorded matrix with an empty one.
+func recordPaths(root string, o options) (out, md string) {
+	out, md = o.out, o.md
+	if out == "" {
+		if o.skipMatrix {
+			return "", ""
+		}
+		out = filepath.Join(root, "lab", "bench", "results.json")
+		if o.quick {
+			out = filepath.Join(root, "lab", "bench", "results-quick.json")
+		}
+	}
+	if md == "" {
+		md = strings.TrimSuffix(out, ".json") + ".md"
+	}
+	return out, md
+}
+
 func run(o options) error {
 	started := time.Now()
 	root, err := caddyproc.RepoRoot()
 	if err != nil {
 		return err
 	}
-	if o.out == "" {
-		o.out = filepath.Join(root, "lab", "bench", "results.json")
-		if o.quick {
-			o.out = filepath.Join(root, "lab", "bench", "results-quick.json")
-		}
-	}
-	if o.md == "" {
-		o.md = strings.TrimSuffix(o.out, ".json") + ".md"
-	}
+	o.out, o.md = recordPaths(root, o)
 	nofile := raiseNoFile()
 	env := &benchEnv{root: root, adminAddrs: map[string]string{}, listenAddrs: map[string]string{}, altBins: map[string]string{}}
 	// <target>@<path>: the same target run by another caddy binary (a
@@ -398,11 +411,17 @@ func run(o options) error {
 	rep.Env.LoadAvgEnd = loadAvg()
 	rep.WallSeconds = time.Since(started).Seconds()
 	rep.finish()
-	if err := rep.write(o.out, o.md); err != nil {
-		return err
+	if o.out != "" {
+		if err := rep.write(o.out, o.md); err != nil {
+			return err
+		}
 	}
 	rep.print(os.Stdout)
-	logf("wrote %s and %s in %.0fs", o.out, o.md, rep.WallSeconds)
+	if o.out != "" {
+		logf("wrote %s and %s in %.0fs", o.out, o.md, rep.WallSeconds)
+	} else {
+		logf("done in %.0fs; the record is left as it is (a run without the matrix writes one only where -out says)", rep.WallSeconds)
+	}
 	if o.profileDir != "" {
 		if err := runProfiles(env, o); err != nil {
 			return err

@@ -89,3 +89,27 @@ func TestCopyFileIsACopy(t *testing.T) {
 		t.Errorf("the copy is not executable: %v", b.Mode())
 	}
 }
+
+func TestRecordPaths(t *testing.T) {
+	root := "/r"
+	for _, c := range []struct {
+		name    string
+		o       options
+		out, md string
+	}{
+		{"default", options{}, "/r/lab/bench/results.json", "/r/lab/bench/results.md"},
+		{"quick", options{quick: true}, "/r/lab/bench/results-quick.json", "/r/lab/bench/results-quick.md"},
+		{"out", options{out: "/x/a.json"}, "/x/a.json", "/x/a.md"},
+		{"out and md", options{out: "/x/a.json", md: "/y/b.md"}, "/x/a.json", "/y/b.md"},
+		// A profile or concurrency run must not replace the recorded
+		// matrix with an empty one.
+		{"skip matrix", options{skipMatrix: true}, "", ""},
+		{"skip matrix, quick", options{skipMatrix: true, quick: true}, "", ""},
+		{"skip matrix with out", options{skipMatrix: true, out: "/x/c.json"}, "/x/c.json", "/x/c.md"},
+	} {
+		out, md := recordPaths(root, c.o)
+		if out != c.out || md != c.md {
+			t.Errorf("%s: %q, %q; want %q, %q", c.name, out, md, c.out, c.md)
+		}
+	}
+}
