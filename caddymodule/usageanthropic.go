@@ -125,7 +125,6 @@ func scanCountPtr(s *jsonscan.Scanner, p **int, store *int) bool {
 		*p = nil
 		return true
 	}
-	n, ok := s.Int()
-	*store, *p = int(n), store
-	return ok
+	*p = store
+	return scanInt(s, store)
 }

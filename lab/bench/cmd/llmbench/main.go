@@ -411,17 +411,15 @@ func run(o options) error {
 	rep.Env.LoadAvgEnd = loadAvg()
 	rep.WallSeconds = time.Since(started).Seconds()
 	rep.finish()
+	done := "left the record as it is (a run without the matrix writes one only where -out says)"
 	if o.out != "" {
 		if err := rep.write(o.out, o.md); err != nil {
 			return err
 		}
+		done = fmt.Sprintf("wrote %s and %s", o.out, o.md)
 	}
 	rep.print(os.Stdout)
-	if o.out != "" {
-		logf("wrote %s and %s in %.0fs", o.out, o.md, rep.WallSeconds)
-	} else {
-		logf("done in %.0fs; the record is left as it is (a run without the matrix writes one only where -out says)", rep.WallSeconds)
-	}
+	logf("%s in %.0fs", done, rep.WallSeconds)
 	if o.profileDir != "" {
 		if err := runProfiles(env, o); err != nil {
 			return err
