@@ -42,17 +42,14 @@ func parse(bd body, b []byte) error {
 }
 
 // sonicWalk reads, through sonic's lazy AST, the values llmroute reads:
-// the top-level fields, and every message's role and content blocks' raw
-// values. It extracts them and hashes nothing, so it is a lower bound of
-// what the parse would cost built on it.
+// the top-level fields, and every message's role, content (a string, or
+// its blocks' fields), tool calls and tool call id, as raw JSON. It
+// decodes and hashes nothing, so it is a lower bound of what the parse
+// would cost built on it.
 func sonicWalk(b []byte) error {
 	root := ast.NewRaw(string(b))
-	for _, k := range []string{"model", "system", "tools", "stream", "max_tokens"} {
-		if n := root.Get(k); n.Exists() {
-			if _, err := n.Raw(); err != nil {
-				return err
-			}
-		}
+	if err := raws(root, "model", "system", "tools", "stream", "max_tokens"); err != nil {
+		return err
 	}
 	it, err := root.Get("messages").Values()
 	if err != nil {
@@ -60,12 +57,12 @@ func sonicWalk(b []byte) error {
 	}
 	var m ast.Node
 	for it.Next(&m) {
-		if _, err := m.Get("role").Raw(); err != nil {
+		if err := raws(m, "role", "tool_calls", "tool_call_id"); err != nil {
 			return err
 		}
 		c := m.Get("content")
-		if c.TypeSafe() == ast.V_STRING {
-			if _, err := c.Raw(); err != nil {
+		if c.TypeSafe() != ast.V_ARRAY {
+			if err := raws(m, "content"); err != nil {
 				return err
 			}
 			continue
@@ -76,12 +73,20 @@ func sonicWalk(b []byte) error {
 		}
 		var bl ast.Node
 		for bi.Next(&bl) {
-			for _, k := range []string{"type", "text", "content", "input", "id", "name", "tool_use_id", "function", "arguments"} {
-				if n := bl.Get(k); n.Exists() {
-					if _, err := n.Raw(); err != nil {
-						return err
-					}
-				}
+			if err := raws(bl, "type", "text", "content", "input", "id", "name", "tool_use_id"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// raws reads the raw JSON of n's fields that are present.
+func raws(n ast.Node, fields ...string) error {
+	for _, k := range fields {
+		if f := n.Get(k); f.Exists() {
+			if _, err := f.Raw(); err != nil {
+				return err
 			}
 		}
 	}
